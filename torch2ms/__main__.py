@@ -1,0 +1,3 @@
+from torch2ms.cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""The ``torch2ms`` command line: loads every command module, maps errors to exit codes.
+
+Exit codes: 0 every stage passed; 1 a stage failed its check (or crashed); 2 bad input
+(recipe, model, checkpoint, ONNX, unsupported ops, a busy output folder); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from torch2ms.cli_app import app, console, state
+from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, Torch2msError
+
+
+def _load_commands() -> None:
+    import torch2ms.commands as pkg
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
+        importlib.import_module(f"torch2ms.commands.{mod}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    _load_commands()
+    try:
+        app(args=argv, standalone_mode=False)
+    except Torch2msError as err:
+        console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
+        if state["debug"]:
+            console.print_exception()
+        sys.exit(err.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]; completed stages are kept: run the same command again to resume")
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as err:
+        import click
+
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            sys.exit(EXIT_USAGE)
+        if isinstance(err, click.exceptions.Abort):
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+
+
+if __name__ == "__main__":
+    main()

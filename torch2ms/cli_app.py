@@ -1,0 +1,29 @@
+"""The ``torch2ms`` Typer app, its console and shared options. Commands live one per module in
+``torch2ms/commands/`` and register themselves on ``app``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="PyTorch -> MindSpore for Atlas boards, checked against PyTorch at every stage.")
+console = Console(stderr=True)
+out_console = Console(width=None if Console().is_terminal else 160)
+state = {"debug": False}
+
+CpuIsa = typer.Option(None, "--cpu-isa", help="oneDNN ISA cap for MindSpore (e.g. AVX2, default); env TORCH2MS_CPU_ISA. Auto: AVX2 on AVX-512/AMX CPUs.")
+
+
+def setup_cpu(isa: Optional[str]) -> None:
+    """Choose the CPU setting before anything imports MindSpore, and say what was chosen."""
+    from torch2ms.runtime import configure_cpu
+
+    choice = configure_cpu(isa)
+    console.print(f"[dim]CPU: ONEDNN_MAX_CPU_ISA={choice.isa} ({choice.source}: {choice.reason})[/dim]")
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    state["debug"] = debug

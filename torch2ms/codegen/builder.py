@@ -1,0 +1,282 @@
+"""Build ``network.py`` (one ``nn.Cell`` class, one statement per node) and its weights.
+
+Layers with weights become attributes created in ``__init__`` (named after the PyTorch module
+path); weight-free ops are calls in ``construct``; constant tensors the graph needs become
+non-trainable ``Parameter``s stored in the checkpoint beside the code, and scalar constants
+are written as literals. ``tensor_map`` ties each generated statement to the ONNX tensor it
+computes and its line, which is what divergence localization walks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from torch2ms import __version__
+from torch2ms.codegen.names import Namer, module_path, snake
+from torch2ms.converters.registry import Unsupported, call_converter, lookup
+from torch2ms.graph.ir import Graph, Node, Value
+
+_MS_DTYPES = {"float32": "ms.float32", "float16": "ms.float16", "float64": "ms.float64", "int64": "ms.int64", "int32": "ms.int32", "int8": "ms.int8", "uint8": "ms.uint8", "bool": "ms.bool_"}
+WIDTH = 100
+
+
+def literal(value: Any) -> str:
+    """Python source for a attribute value (tuples stay tuples, floats keep their precision)."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)):
+        items = [literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(value, float):
+        # ONNX stores float attributes as float32: print the shortest float32 spelling (0.9, not 0.8999999761581421).
+        return str(float(str(np.float32(value)))) if np.isfinite(value) else f'float("{value}")'
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+@dataclass
+class Call:
+    """``callee(arg, ..., key=value, ...)``, rendered on one line or one argument per line."""
+
+    callee: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def parts(self) -> list[str]:
+        return [literal(a) for a in self.args] + [f"{k}={literal(v)}" for k, v in self.kwargs.items()]
+
+    def render(self, prefix: str, indent: str) -> list[str]:
+        args = ", ".join(self.parts())
+        one = f"{indent}{prefix}{self.callee}({args})"
+        if len(one) <= WIDTH:
+            return [one]
+        inner = indent + "    "
+        if len(inner + args) <= WIDTH:
+            return [f"{indent}{prefix}{self.callee}(", inner + args, f"{indent})"]
+        return [f"{indent}{prefix}{self.callee}("] + [f"{inner}{p}," for p in self.parts()] + [f"{indent})"]
+
+
+@dataclass
+class Statement:
+    targets: list[str]
+    expr: str
+    node: Node
+
+
+@dataclass
+class GeneratedNetwork:
+    source: str
+    class_name: str
+    params: dict[str, np.ndarray]
+    tensor_map: list[dict]
+    layer_counts: dict[str, int]
+
+
+class Emitter:
+    """What a converter sees of one node: its inputs as expressions, shapes, constants, and
+    ``layer()``/``tensor()`` to declare what ``__init__`` must create."""
+
+    def __init__(self, builder: CodeBuilder, node: Node):
+        self.builder = builder
+        self.node = node
+        self.graph = builder.graph
+        self.layer_name: str | None = None
+
+    # --- reading the node ---
+    def n_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def value(self, i: int) -> Value:
+        return self.graph.values[self.node.inputs[i]]
+
+    def shape(self, i: int = 0) -> tuple[int, ...]:
+        return tuple(self.value(i).shape)
+
+    def rank(self, i: int = 0) -> int:
+        return len(self.shape(i))
+
+    def out_shape(self, j: int = 0) -> tuple[int, ...]:
+        return tuple(self.graph.values[self.node.outputs[j]].shape)
+
+    def const(self, i: int) -> np.ndarray | None:
+        return self.value(i).const if self.has_input(i) else None
+
+    def require_const(self, i: int, what: str) -> np.ndarray:
+        c = self.const(i)
+        if c is None:
+            raise Unsupported(f"{what} (input {i}) must be a constant")
+        return c
+
+    # --- writing code ---
+    def x(self, i: int = 0) -> str:
+        """Expression for input ``i``: a variable, or a constant (literal or stored tensor)."""
+        v = self.value(i)
+        if v.is_const:
+            return self.builder.const_expr(v)
+        return self.builder.var_of.get(v.name, "_undefined")
+
+    def operand(self, i: int) -> str:
+        """Like ``x`` but size-1 constants become Python scalars (for broadcasting ops)."""
+        v = self.value(i)
+        if v.is_const and v.const.size == 1 and v.const.ndim <= 1 and v.const.dtype.kind in "fiu":
+            return literal(v.const.reshape(()).item())
+        return self.x(i)
+
+    def layer(self, callee: str, *args, params: dict[str, np.ndarray] | None = None, **kwargs) -> str:
+        """Declare ``self.<name> = callee(*args, **kwargs)`` holding ``params``; returns ``self.<name>``."""
+        name = self.builder.layer_attr(self.node)
+        self.layer_name = name
+        self.builder.layers.append((name, Call(callee, args, kwargs)))
+        for pname, arr in (params or {}).items():
+            self.builder.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
+        return f"self.{name}"
+
+    def tensor(self, array: np.ndarray, hint: str) -> str:
+        return self.builder.tensor_attr(np.asarray(array), hint)
+
+
+class CodeBuilder:
+    def __init__(self, graph: Graph, class_name: str = "Network"):
+        self.graph = graph
+        self.class_name = class_name
+        self.attr_names = Namer()
+        self.var_names = Namer()
+        self.layers: list[tuple[str, Call]] = []
+        self.tensors: list[tuple[str, Value]] = []
+        self.tensor_of: dict[str, str] = {}
+        self.params: dict[str, np.ndarray] = {}
+        self.statements: list[Statement] = []
+        self.var_of: dict[str, str] = {}
+        for name in graph.inputs:
+            self.var_of[name] = self.var_names(name)
+
+    # --- naming ---
+    def _hint(self, node: Node) -> str:
+        path = module_path(node.name)
+        return "_".join(path) if path else ""
+
+    def layer_attr(self, node: Node) -> str:
+        return self.attr_names(self._hint(node) or snake(node.op_type))
+
+    def var_for(self, node: Node, emitter: Emitter, j: int) -> str:
+        if emitter.layer_name and j == 0:
+            hint = emitter.layer_name
+        else:
+            path, op = self._hint(node), snake(node.op_type)
+            hint = path if path.endswith(op) else f"{path}_{op}" if path else op
+        if len(node.outputs) > 1:
+            hint = f"{hint}_{j}"
+        return self.var_names(hint)
+
+    def tensor_attr(self, array: np.ndarray, hint: str) -> str:
+        key = hashlib.sha1(array.tobytes() + str(array.shape).encode() + str(array.dtype).encode()).hexdigest()
+        if key not in self.tensor_of:
+            name = self.attr_names(hint.replace("onnx::", "const_"))
+            self.tensor_of[key] = name
+            self.tensors.append((name, Value(name, tuple(array.shape), array.dtype, array)))
+            self.params[name] = np.ascontiguousarray(array)
+        return f"self.{self.tensor_of[key]}"
+
+    def const_expr(self, v: Value) -> str:
+        if v.const.ndim == 0 and v.const.dtype.kind in "fiub":
+            return literal(v.const.item())
+        return self.tensor_attr(v.const, v.name)
+
+    # --- conversion ---
+    def emit_node(self, node: Node) -> None:
+        reg = lookup(node.op_type, self.graph.opset, node.domain)
+        if reg is None:
+            raise Unsupported("no converter")
+        em = Emitter(self, node)
+        expr = call_converter(reg, em, node)
+        targets = []
+        for j, out in enumerate(node.outputs):
+            if not out or self.graph.use_count(out) == 0:
+                targets.append("_")
+                continue
+            var = self.var_for(node, em, j)
+            self.var_of[out] = var
+            targets.append(var)
+        self.statements.append(Statement(targets, expr, node))
+
+    def build(self, header: str) -> GeneratedNetwork:
+        for node in self.graph.nodes:
+            self.emit_node(node)
+        return self.render(header)
+
+    def render(self, header: str) -> GeneratedNetwork:
+        out = [header.rstrip(), "import os", "", "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
+        if self.tensors:
+            out.append("from mindspore.common.initializer import initializer")
+        shapes = {n: tuple(self.graph.values[n].shape) for n in self.graph.inputs}
+        out += ["", f"INPUT_SHAPES = {shapes!r}", "", ""]
+        out += [f"class {self.class_name}(nn.Cell):", f'    """Generated from {self.graph.name!r}; see the module docstring."""', ""]
+        out += ["    def __init__(self):", "        super().__init__()"]
+        for name, call in self.layers:
+            out += call.render(f"self.{name} = ", "        ")
+        for name, v in self.tensors:
+            dtype = _MS_DTYPES.get(str(v.dtype), "ms.float32")
+            decl = f'Parameter(initializer("zeros", {literal(tuple(v.shape))}, {dtype}), name="{name}", requires_grad=False)'
+            out.append(f"        self.{name} = {decl}")
+        args = ", ".join(["self"] + [self.var_of[n] for n in self.graph.inputs])
+        out += ["", f"    def construct({args}):"]
+        tensor_map = []
+        for st in self.statements:
+            lhs = ", ".join(st.targets)
+            out.append(f"        {lhs} = {st.expr}")
+            for onnx_name, var in zip(st.node.outputs, st.targets):
+                if var != "_":
+                    tensor_map.append({"tensor": onnx_name, "var": var, "line": len(out), "node": st.node.name, "op": st.node.op_type, "origin": st.node.origin})
+        rets = [self.var_of[o] for o in self.graph.outputs]
+        out.append(f"        return {', '.join(rets)}")
+        out += [
+            "",
+            "",
+            f"def build(checkpoint: str | None = None) -> {self.class_name}:",
+            '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
+            f"    net = {self.class_name}()",
+            '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
+            "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",
+            "    if missing:",
+            '        raise ValueError(f"{path} lacks weights for {missing}")',
+            "    net.set_train(False)",
+            "    return net",
+            "",
+        ]
+        counts: dict[str, int] = {}
+        for _, call in self.layers:
+            counts[call.callee] = counts.get(call.callee, 0) + 1
+        return GeneratedNetwork("\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())))
+
+
+def class_name_for(name: str) -> str:
+    parts = [p for p in snake(name).split("_") if p]
+    cls = "".join(p[:1].upper() + p[1:] for p in parts) or "Network"
+    return cls if cls[0].isalpha() else f"Net{cls}"
+
+
+def generate(graph: Graph, class_name: str, header: str) -> GeneratedNetwork:
+    return CodeBuilder(graph, class_name).build(header)
+
+
+def header_for(class_name: str, source: str, sha256: str, opset: int, recipe: str, notes: list[str]) -> str:
+    lines = [
+        f'"""{class_name}: MindSpore network generated by torch2ms {__version__}.',
+        "",
+        f"Source: {source} (sha256 {sha256[:16]}, opset {opset}); recipe: {recipe}.",
+        "Weights: network.ckpt beside this file; `build()` returns the network ready for inference.",
+    ]
+    if notes:
+        lines += ["", "Conventions:"] + [f"- {n}" for n in notes]
+    lines.append('"""')
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""Turn ONNX node/tensor names into valid, unique Python identifiers.
+
+The TorchScript exporter names nodes after the module path, e.g.
+``/backbone/layer1/layer1.0/conv1/Conv``: each segment repeats its parent's name
+(``layer1`` / ``layer1.0``), so merging prefixes gives ``backbone.layer1.0.conv1``, which
+becomes ``backbone_layer1_0_conv1``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+
+_RESERVED = set(keyword.kwlist) | set(dir(builtins)) | {"self", "ms", "nn", "ops", "np", "Parameter", "initializer"}
+
+
+def module_path(node_name: str) -> list[str]:
+    """Module path segments of an exporter node name (op type segment dropped)."""
+    segs = [s for s in node_name.strip("/").split("/") if s]
+    if len(segs) > 1:
+        segs = segs[:-1]
+    elif segs and "/" in node_name:
+        return []
+    merged: list[str] = []
+    for s in segs:
+        if merged and s.startswith(merged[-1] + "."):
+            merged[-1] = s
+        else:
+            merged.append(s)
+    return merged
+
+
+def snake(text: str) -> str:
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
+    text = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_").lower()
+    text = re.sub(r"_+", "_", text)
+    return text or "v"
+
+
+class Namer:
+    """Hands out unique identifiers; never a keyword, builtin or module alias."""
+
+    def __init__(self, reserved: set[str] | None = None):
+        self.taken = set(_RESERVED) | (reserved or set())
+
+    def __call__(self, hint: str) -> str:
+        base = snake(hint)
+        if base[0].isdigit():
+            base = f"v{base}"
+        if base in _RESERVED:
+            base += "_"  # PEP 8: a trailing underscore avoids clashing with a keyword/builtin
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name

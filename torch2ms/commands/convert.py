@@ -1,0 +1,53 @@
+"""``torch2ms convert``: run the five stages for one recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
+from torch2ms.errors import EXIT_INTERRUPTED
+
+
+@app.command()
+def convert(
+    recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
+    from_stage: Optional[str] = typer.Option(None, "--from", help="re-run from this stage on (export, rebuild, fold, compile, mindir)"),
+    force: bool = typer.Option(False, "--force", help="re-run every stage"),
+    cpu_isa: Optional[str] = CpuIsa,
+) -> None:
+    """Run the five stages (export, rebuild, fold, compile, mindir); skip what is up to date."""
+    from torch2ms.pipeline.report import print_table, write_reports
+    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.recipe import load_recipe
+
+    r = load_recipe(recipe)
+    setup_cpu(cpu_isa)
+    runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
+    status = console.status("starting", spinner="dots")
+    current = {}
+
+    def on_stage(stage: str, state: str) -> None:
+        current["stage"] = stage
+        if state == "running":
+            status.update(f"[bold]{stage}[/bold]: running (stages done: {', '.join(current.get('done', [])) or 'none'})")
+        else:
+            current.setdefault("done", []).append(stage)
+            console.print(f"  {stage:<8} {state}")
+
+    runner.on_stage = on_stage
+    try:
+        with status:
+            result = runner.run(from_stage=from_stage, force=force)
+    except KeyboardInterrupt:
+        stage = current.get("stage", "start")
+        console.print(f"[red]interrupted during stage {stage!r}[/red]; completed stages are kept. Resume with the same command: torch2ms convert --recipe {recipe}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    write_reports(result)
+    print_table(result, out_console)
+    console.print(f"report: {result.root / 'report.md'}  ({result.seconds:.1f} s)")
+    raise_for(result)
+

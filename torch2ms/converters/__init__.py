@@ -1,0 +1,1 @@
+"""ONNX -> MindSpore converters, one module per op family; see ``registry``."""

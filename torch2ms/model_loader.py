@@ -1,0 +1,113 @@
+"""Build the PyTorch model a recipe names: import the factory, call it, load the checkpoint.
+
+Every failure names the culprit: the factory that cannot be imported or raised, a return value
+that is not an ``nn.Module``, a checkpoint that is missing, not a state_dict, or that refuses to
+load under ``weights_only=True`` (a pickle that would run code), and every missing, unexpected
+or mis-shaped key at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from torch2ms.errors import ModelError
+from torch2ms.recipe import Recipe
+
+
+def import_factory(spec: str, search_dirs: list[Path] | None = None):
+    module_name, _, attr = spec.partition(":")
+    for d in search_dirs or []:
+        if str(d) not in sys.path:
+            sys.path.insert(0, str(d))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:
+        raise ModelError(
+            f"model.factory: cannot import module {module_name!r}: {type(err).__name__}: {err}",
+            hint="check the module path; it must be importable from the current folder or the recipe's folder",
+        ) from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ModelError(f"model.factory: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ModelError(f"model.factory: {spec!r} is not callable")
+    return obj
+
+
+def build_model(recipe: Recipe):
+    import torch
+
+    spec = recipe.model
+    factory = import_factory(spec.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
+    torch.manual_seed(spec.seed)
+    try:
+        model = factory(**spec.kwargs)
+    except Exception as err:
+        raise ModelError(f"model.factory: {spec.factory}(**{spec.kwargs}) raised {type(err).__name__}: {err}", hint="check model.kwargs") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(f"model.factory: {spec.factory} returned {type(model).__name__}, not a torch.nn.Module")
+    if spec.checkpoint:
+        load_checkpoint(model, recipe.resolve(spec.checkpoint))
+    elif spec.randomize_norm:
+        randomize_norm(model, spec.seed)
+    return model.eval()
+
+
+def load_checkpoint(model, path: Path) -> None:
+    import pickle
+
+    import torch
+
+    if not path.is_file():
+        raise ModelError(f"model.checkpoint: {path}: file not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ModelError(
+            f"model.checkpoint: {path} was refused by torch.load(weights_only=True): {str(err).splitlines()[0]}",
+            hint="it holds more than tensors (possibly code that would run on load); save only model.state_dict()",
+        ) from None
+    except Exception as err:
+        raise ModelError(f"model.checkpoint: {path} is not a PyTorch checkpoint ({type(err).__name__}: {err})") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise ModelError(f"model.checkpoint: {path} is not a state_dict (a mapping of names to tensors)", hint="save it with torch.save(model.state_dict(), path)")
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = [f"{k}: checkpoint {list(state[k].shape)} vs model {list(own[k].shape)}" for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    if missing or unexpected or mismatched:
+        lines = [f"model.checkpoint: {path} does not fit the model:"]
+        for title, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched)):
+            if items:
+                lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20]) + (" ..." if len(items) > 20 else ""))
+        raise ModelError("\n".join(lines), hint="is it the checkpoint of this model and these model.kwargs?")
+    model.load_state_dict(state, strict=True)
+
+
+def randomize_norm(model, seed: int) -> int:
+    """Give BatchNorm layers non-trivial statistics and affine parameters (seeded).
+
+    A freshly initialised BatchNorm has mean 0, variance 1, gamma 1, beta 0: a converter that
+    mixed up those tensors would still match PyTorch. Returns how many layers were changed.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                c = m.num_features
+                m.running_mean.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
+                m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+                if m.affine:
+                    m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                    m.bias.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
+                n += 1
+    return n

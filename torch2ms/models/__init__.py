@@ -1,0 +1,1 @@
+"""PyTorch model definitions shipped with torch2ms (used by recipes)."""

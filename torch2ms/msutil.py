@@ -1,0 +1,76 @@
+"""MindSpore helpers used by the stages: import it with the right CPU setting, load a generated
+network, run it on the reference inputs, time it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from torch2ms.runtime import configure_cpu
+
+
+def mindspore():
+    """Import MindSpore after the CPU ISA choice is in the environment; quiet its C++ log."""
+    configure_cpu()
+    os.environ.setdefault("GLOG_v", "3")
+    import mindspore as ms
+
+    return ms
+
+
+def load_network_module(path: Path, tag: str):
+    name = f"torch2ms_generated_{tag}_{abs(hash(str(path.resolve()))):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # MindSpore's graph parser needs the module importable
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_network(stage_dir: Path, tag: str):
+    module = load_network_module(stage_dir / "network.py", tag)
+    return module.build(str(stage_dir / "network.ckpt"))
+
+
+def run_cell(cell, inputs: list[dict[str, np.ndarray]], output_names: list[str]) -> list[dict[str, np.ndarray]]:
+    ms = mindspore()
+    results = []
+    for sample in inputs:
+        out = cell(*[ms.Tensor(v) for v in sample.values()])
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        results.append({name: o.asnumpy() for name, o in zip(output_names, outs)})
+    return results
+
+
+def time_cell(cell, sample: dict[str, np.ndarray], warmup: int, runs: int) -> dict:
+    """First-call seconds (includes graph compilation), then median/p90 of ``runs`` calls."""
+    ms = mindspore()
+    args = [ms.Tensor(v) for v in sample.values()]
+
+    def call():
+        out = cell(*args)
+        (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()  # materialise
+
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return {
+        "first_call_s": round(first, 4),
+        "median_ms": round(statistics.median(times) * 1e3, 3),
+        "p90_ms": round(times[min(len(times) - 1, int(0.9 * len(times)))] * 1e3, 3),
+        "runs": runs,
+    }

@@ -1,0 +1,1 @@
+"""The staged pipeline: stages, the runner that checkpoints them, and the run folder."""

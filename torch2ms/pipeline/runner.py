@@ -1,0 +1,200 @@
+"""Run the stages in order: skip what is up to date, run the rest, check each against PyTorch.
+
+A stage is up to date when its record says ``passed``, its fingerprint matches, and its
+artifacts still hash to what the record says. The fingerprint covers the stage's part of the
+recipe, the previous stage's fingerprint (so changing one stage's option re-runs it and every
+stage after it), the hashes of the artifacts it reads, and the tool and framework versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from torch2ms import __version__
+from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
+from torch2ms.errors import CheckFailed, StageFailed, Torch2msError
+from torch2ms.pipeline.context import RunContext
+from torch2ms.pipeline.stage import Stage
+from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
+from torch2ms.recipe import STAGES, Recipe
+from torch2ms.runtime import cpu_choice
+
+FRAMEWORKS = ("torch", "onnx", "onnxruntime", "mindspore", "numpy")
+
+
+def framework_versions() -> dict[str, str]:
+    out = {"torch2ms": __version__}
+    for pkg in FRAMEWORKS:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def all_stages() -> list[Stage]:
+    from torch2ms.stages import STAGE_CLASSES
+
+    return [cls() for cls in STAGE_CLASSES]
+
+
+@dataclass
+class StageResult:
+    stage: str
+    status: str  # passed | failed | skipped (up to date) | disabled | not run
+    record: dict | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("passed", "up to date", "disabled")
+
+
+@dataclass
+class RunResult:
+    recipe: Recipe
+    root: Path
+    stages: list[StageResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(s.ok for s in self.stages)
+
+    @property
+    def failed_stage(self) -> StageResult | None:
+        return next((s for s in self.stages if s.status == "failed"), None)
+
+
+def _fingerprint(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Runner:
+    def __init__(self, recipe: Recipe, out_root: Path | None = None, log: Callable[[str], None] = print, on_stage: Callable[[str, str], None] | None = None):
+        self.recipe = recipe
+        root = Path(out_root or recipe.output)
+        self.run_dir = RunDir(root / recipe.name)
+        self.ctx = RunContext(recipe, self.run_dir, log=log)
+        self.on_stage = on_stage or (lambda stage, state: None)
+        self.stages = all_stages()
+        self.versions = framework_versions()
+
+    def run(self, from_stage: str | None = None, force: bool = False, until: str | None = None) -> RunResult:
+        if from_stage is not None and from_stage not in STAGES:
+            raise Torch2msError(f"--from {from_stage!r} is not a stage; choose one of {', '.join(STAGES)}")
+        t_start = time.perf_counter()
+        result = RunResult(self.recipe, self.run_dir.root)
+        self.run_dir.lock()
+        try:
+            stale = self.run_dir.cleanup_stale()
+            if stale:
+                self.ctx.log(f"removed leftovers of an interrupted run: {', '.join(stale)}")
+            prev_fp = ""
+            done: list[str] = []
+            fingerprints: dict[str, str] = {}
+            stop = False
+            for i, stage in enumerate(self.stages):
+                if stop or (until and STAGES.index(stage.name) > STAGES.index(until)):
+                    result.stages.append(StageResult(stage.name, "not run"))
+                    continue
+                if not stage.enabled(self.recipe):
+                    result.stages.append(StageResult(stage.name, "disabled"))
+                    fingerprints[stage.name] = prev_fp
+                    continue
+                source = stage.source_stage(self.ctx)
+                inputs = {}
+                if source:
+                    rec = self.run_dir.read_record(source) or {}
+                    inputs = {f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()}
+                fp_payload = {
+                    "stage": stage.name,
+                    "config": stage.config(self.recipe),
+                    "previous": prev_fp,
+                    "inputs": inputs,
+                    "versions": self.versions,
+                }
+                fp = _fingerprint(fp_payload)
+                forced = force or (from_stage is not None and i >= STAGES.index(from_stage))
+                record = self.run_dir.read_record(stage.name)
+                if not forced and record and record.get("status") == "passed" and record.get("fingerprint") == fp:
+                    changed = self.run_dir.changed_artifacts(stage.name, record)
+                    if not changed:
+                        result.stages.append(StageResult(stage.name, "up to date", record))
+                        self.on_stage(stage.name, "up to date")
+                        prev_fp = fingerprints[stage.name] = fp
+                        done.append(stage.name)
+                        continue
+                    self.ctx.log(f"{stage.name}: {', '.join(changed)} changed since it was written; running it again")
+                self.on_stage(stage.name, "running")
+                res = self._execute(stage, fp, fp_payload, done)
+                result.stages.append(res)
+                self.on_stage(stage.name, res.status)
+                prev_fp = fingerprints[stage.name] = fp
+                done.append(stage.name)
+                if res.status != "passed":
+                    stop = True
+        finally:
+            self.run_dir.unlock()
+            result.seconds = time.perf_counter() - t_start
+        return result
+
+    def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:
+        out = self.run_dir.fresh_partial(stage.name)
+        t0 = time.perf_counter()
+        try:
+            produced = stage.run(self.ctx, out)
+        except Torch2msError:
+            self.run_dir.discard_partial(stage.name)
+            raise
+        except BaseException as err:
+            self.run_dir.discard_partial(stage.name)
+            if isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise StageFailed(
+                f"stage {stage.name!r} failed after {done}: {type(err).__name__}: {err}",
+                hint="re-run with --debug for the traceback",
+            ) from err
+        seconds_run = time.perf_counter() - t0
+        metrics: list[OutputMetrics] = []
+        violations: list[str] = []
+        if produced.outputs is not None:
+            _, ref_out = self.ctx.reference()
+            metrics = compare_outputs(produced.outputs, ref_out)
+            tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine, self.recipe.check.argmax_agreement)
+            for m in metrics:
+                violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
+        status = "failed" if violations else "passed"
+        w = worst(metrics) if metrics else None
+        record = {
+            "stage": stage.name,
+            "status": status,
+            "fingerprint": fp,
+            "fingerprint_of": fp_payload,
+            "artifacts": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != RECORD},
+            "seconds": round(seconds_run, 3),
+            "metrics": [m.to_dict() for m in metrics],
+            "worst": w.to_dict() if w else None,
+            "violations": violations,
+            "counts": produced.counts,
+            "extra": produced.extra,
+            "cpu": cpu_choice().to_dict() if cpu_choice() else None,
+        }
+        write_json(out / RECORD, record)
+        self.run_dir.commit(stage.name, out)
+        return StageResult(stage.name, status, record, "; ".join(violations))
+
+
+def raise_for(result: RunResult) -> None:
+    failed = result.failed_stage
+    if failed is not None:
+        raise CheckFailed(
+            f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}",
+            hint=f"its artifacts and record stay in {result.root / failed.stage}; `torch2ms diff` localizes the first diverging node",
+        )

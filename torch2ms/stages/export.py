@@ -1,0 +1,152 @@
+"""Stage 1, export: PyTorch model -> ONNX with BatchNorm kept, plus the reference data.
+
+Writes ``model.onnx`` (TorchScript exporter, ``training=PRESERVE`` in eval mode, so BatchNorm
+stays a node; the dynamo exporter would fold it) and ``reference.npz`` (the seeded sample
+inputs and PyTorch's outputs for them). Checked: onnxruntime on the ONNX vs PyTorch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from torch2ms.errors import ModelError
+from torch2ms.pipeline.context import pack_reference
+from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.pipeline.workspace import save_npz
+
+
+def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(recipe.check.seed)
+    samples = []
+    for k in range(recipe.check.samples):
+        sample = {}
+        for spec in recipe.inputs:
+            if spec.data and k == 0:
+                arr = _load_sample(recipe.resolve(spec.data), spec)
+            else:
+                arr = rng.standard_normal(spec.shape).astype(np.float32)
+            sample[spec.name] = arr
+        samples.append(sample)
+    return samples
+
+
+def _load_sample(path: Path, spec) -> np.ndarray:
+    from torch2ms.errors import RecipeError
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"inputs.{spec.name}.data: cannot read {path} as .npy ({err})") from None
+    if tuple(arr.shape) != tuple(spec.shape):
+        raise RecipeError(f"inputs.{spec.name}.data: {path} has shape {list(arr.shape)}, the recipe says {list(spec.shape)}")
+    return arr.astype(np.float32)
+
+
+def flatten_outputs(out) -> dict:
+    """Name a model's outputs: a tensor -> 'output'; tuple -> output0..; dict -> its keys."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return {"output": out}
+    if isinstance(out, dict):
+        return {str(k): v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    if isinstance(out, (tuple, list)):
+        return {f"output{i}": v for i, v in enumerate(out) if isinstance(v, torch.Tensor)}
+    raise ModelError(f"the model returned {type(out).__name__}; torch2ms needs tensors, a tuple or a dict of tensors")
+
+
+class ExportStage(Stage):
+    name = "export"
+
+    def run(self, ctx, out: Path) -> StageOutput:
+        import torch
+
+        from torch2ms.model_loader import build_model
+
+        recipe = ctx.recipe
+        model = ctx.cache.get("torch_model")
+        if model is None:
+            model = ctx.cache["torch_model"] = build_model(recipe)
+        samples = sample_inputs(recipe)
+        with torch.no_grad():
+            torch_out = [flatten_outputs(model(*[torch.from_numpy(v) for v in s.values()])) for s in samples]
+        names = list(torch_out[0])
+        outputs = [{k: v.detach().numpy().copy() for k, v in o.items()} for o in torch_out]
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *args):
+                return tuple(flatten_outputs(self.inner(*args)).values())
+
+        wrapped = Wrapped(model).eval()
+        onnx_path = out / "model.onnx"
+        example = tuple(torch.from_numpy(v) for v in samples[0].values())
+        log = io.StringIO()
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(log):
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    wrapped,
+                    example,
+                    str(onnx_path),
+                    dynamo=False,
+                    opset_version=recipe.export.opset,
+                    training=torch.onnx.TrainingMode.PRESERVE,
+                    do_constant_folding=True,
+                    input_names=[i.name for i in recipe.inputs],
+                    output_names=names,
+                )
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ModelError(f"torch.onnx.export failed for {recipe.model.factory}: {type(err).__name__}: {first}", hint="the exporter's reason is above; a model must be traceable with fixed input shapes") from None
+        _strip_wrapper_names(onnx_path)
+        import onnx
+
+        onnx.checker.check_model(str(onnx_path))
+        save_npz(out / "reference.npz", pack_reference(samples, outputs))
+        ctx.cache["reference"] = (samples, outputs)
+        ort_out = run_onnxruntime(onnx_path, samples, names)
+        model_proto = onnx.load(str(onnx_path), load_external_data=False)
+        ops: dict[str, int] = {}
+        for n in model_proto.graph.node:
+            ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        return StageOutput(ort_out, counts={"onnx_nodes": len(model_proto.graph.node), "batchnorm_nodes": ops.get("BatchNormalization", 0), "onnx_ops": dict(sorted(ops.items()))})
+
+
+def _strip_wrapper_names(path: Path) -> None:
+    """Drop the prefix the export wrapper adds to node names (``/inner/``) and weights (``inner.``)."""
+    import onnx
+
+    m = onnx.load(str(path))
+    renamed = {t.name: t.name[len("inner."):] for t in m.graph.initializer if t.name.startswith("inner.")}
+    for t in m.graph.initializer:
+        t.name = renamed.get(t.name, t.name)
+    for n in m.graph.node:
+        if n.name.startswith("/inner/"):
+            n.name = n.name[len("/inner"):]
+        n.input[:] = [renamed.get(i, i) for i in n.input]
+    if m.graph.node:
+        from torch2ms.pipeline.workspace import atomic_write_bytes
+
+        atomic_write_bytes(path, m.SerializeToString())
+
+
+def run_onnxruntime(path: Path, samples, names) -> list[dict[str, np.ndarray]]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    results = []
+    for s in samples:
+        res = sess.run(names, s)
+        results.append(dict(zip(names, res)))
+    return results

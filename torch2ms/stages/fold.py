@@ -1,0 +1,32 @@
+"""Stage 3, fold: BatchNorm folded into the preceding convolution's weights and bias.
+
+Same generation as rebuild, plus the ``FoldBatchNorm`` pass (formula in
+``torch2ms.passes.fold_bn``): fused blocks become ``nn.Conv2dBnAct(has_bn=False,
+has_bias=True)``. Checked: the folded Cell in PyNative mode vs PyTorch. Reports how many
+BatchNorms were folded and how many are left (only those with no conv before them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch2ms.passes import fold_passes
+from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.stages.rebuild import generate_network
+
+
+class FoldStage(Stage):
+    name = "fold"
+    reads = "rebuild"
+
+    def enabled(self, recipe) -> bool:
+        return recipe.fold.enabled
+
+    def config(self, recipe):
+        return {**recipe.stage_config("fold"), "rebuild": recipe.rebuild.model_dump(mode="json")}
+
+    def run(self, ctx, out: Path) -> StageOutput:
+        result = generate_network(ctx, out, fold_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "fold")
+        result.counts["batchnorm_folded"] = result.counts["passes"].get("fold_batchnorm", 0)
+        result.counts["batchnorm_left"] = result.counts["batchnorm_layers"]
+        return result
