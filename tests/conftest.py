@@ -9,3 +9,34 @@ from torch2ms.runtime import configure_cpu
 
 configure_cpu()
 os.environ.setdefault("GLOG_v", "3")
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+sys.path.insert(0, str(TESTS))  # tiny_models importable by recipes as `tiny_models:tiny_net`
+
+
+def write_recipe(path: Path, **overrides) -> Path:
+    """A recipe for tests.tiny_models.tiny_net at 1x3x32x32; ``overrides`` replace top-level keys."""
+    data = {
+        "name": "tiny",
+        "task": "classification",
+        "model": {"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "seed": 0},
+        "inputs": [{"name": "input", "shape": [1, 3, 32, 32]}],
+        "check": {"samples": 2},
+        "compile": {"graph_kernel": "off", "warmup": 1, "runs": 3},
+        "output": str(path.parent / "runs"),
+    }
+    data.update(overrides)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path) -> Path:
+    return write_recipe(tmp_path / "tiny.yaml")
