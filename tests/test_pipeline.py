@@ -1,0 +1,174 @@
+"""The runner: all five stages on a small model, skipping what is up to date, re-running what a
+changed option or artifact invalidates, --from/--force, interrupted writes, a failed check."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import write_recipe
+from torch2ms.errors import CheckFailed
+from torch2ms.pipeline.report import write_reports
+from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.workspace import load_npz
+from torch2ms.recipe import STAGES, load_recipe
+
+
+def run(recipe_path, **kw):
+    result = Runner(load_recipe(recipe_path), log=lambda m: None).run(**kw)
+    write_reports(result)
+    return result
+
+
+def statuses(result):
+    return {s.stage: s.status for s in result.stages}
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """One full conversion shared by the read-only tests below."""
+    path = write_recipe(tmp_path_factory.mktemp("shared") / "tiny.yaml")
+    return path, run(path)
+
+
+def test_all_stages_pass_and_write_their_artifacts(converted):
+    path, result = converted
+    assert result.passed, statuses(result)
+    assert statuses(result) == dict.fromkeys(STAGES, "passed")
+    root = result.root
+    for stage, files in {
+        "export": ["model.onnx", "reference.npz"],
+        "rebuild": ["network.py", "network.ckpt", "tensor_map.json", "conversion.json"],
+        "fold": ["network.py", "network.ckpt"],
+        "compile": ["compile.json"],
+        "mindir": ["network.mindir"],
+    }.items():
+        record = json.loads((root / stage / "stage.json").read_text())
+        assert record["status"] == "passed" and record["fingerprint"]
+        for f in files:
+            assert (root / stage / f).is_file(), f"{stage}/{f}"
+            assert f in record["artifacts"]
+        assert record["worst"]["rel_error"] <= 1e-4 and record["worst"]["cosine"] >= 0.99999
+    rebuild = json.loads((root / "rebuild" / "stage.json").read_text())["counts"]
+    fold = json.loads((root / "fold" / "stage.json").read_text())["counts"]
+    assert rebuild["conv2d_bn_act"] == 3 and rebuild["batchnorm_layers"] == 0
+    assert fold["batchnorm_folded"] == 3 and fold["batchnorm_left"] == 0
+    src = (root / "rebuild" / "network.py").read_text()
+    assert src.count("nn.Conv2dBnAct(") == 3 and "has_bn=True" in src and "BatchNorm" not in src.split("class ")[1].split("def construct")[0].replace("Conv2dBnAct", "")
+    assert "has_bn=True" not in (root / "fold" / "network.py").read_text()
+    report = json.loads((root / "report.json").read_text())
+    assert report["passed"] and [s["stage"] for s in report["stages"]] == list(STAGES)
+    assert "| rebuild | passed |" in (root / "report.md").read_text()
+
+
+def test_reference_outputs_are_pytorchs(converted):
+    path, result = converted
+    ref = load_npz(result.root / "export" / "reference.npz")
+    from tiny_models import tiny_net
+
+    from torch2ms.model_loader import randomize_norm
+
+    torch.manual_seed(0)
+    model = tiny_net(num_classes=5)
+    randomize_norm(model, 0)
+    model.eval()
+    with torch.no_grad():
+        expect = model(torch.from_numpy(ref["input.input"][0])).numpy()
+    np.testing.assert_allclose(ref["output.output"][0], expect, rtol=1e-6, atol=1e-6)
+
+
+def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path):
+    path = write_recipe(tmp_path / "tiny.yaml")
+    assert run(path).passed
+    again = run(path)
+    assert statuses(again) == dict.fromkeys(STAGES, "up to date")
+
+    write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4})
+    changed = run(path)
+    assert statuses(changed) == {"export": "up to date", "rebuild": "up to date", "fold": "up to date", "compile": "passed", "mindir": "passed"}
+
+    write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4}, rebuild={"fuse_conv_bn_act": False})
+    unfused = run(path)
+    assert statuses(unfused) == {"export": "up to date", **dict.fromkeys(STAGES[1:], "passed")}
+    counts = json.loads((unfused.root / "rebuild" / "stage.json").read_text())["counts"]
+    assert counts["conv2d_bn_act"] == 0 and counts["batchnorm_layers"] == 3
+
+    from_fold = run(path, from_stage="fold")
+    assert statuses(from_fold) == {"export": "up to date", "rebuild": "up to date", "fold": "passed", "compile": "passed", "mindir": "passed"}
+    assert statuses(run(path, force=True)) == dict.fromkeys(STAGES, "passed")
+
+
+def test_edited_artifact_is_detected_and_its_stage_reruns(tmp_path):
+    path = write_recipe(tmp_path / "tiny.yaml")
+    first = run(path)
+    net = first.root / "fold" / "network.py"
+    net.write_text(net.read_text() + "\n# edited by hand\n")
+    again = run(path)
+    assert statuses(again)["fold"] == "passed" and statuses(again)["rebuild"] == "up to date"
+    assert "edited by hand" not in net.read_text()
+
+
+def test_crashed_stage_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
+    from torch2ms.errors import StageFailed
+    from torch2ms.stages.fold import FoldStage
+
+    path = write_recipe(tmp_path / "tiny.yaml")
+
+    def boom(self, ctx, out):
+        (out / "network.py").write_text("half written")
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(FoldStage, "run", boom)
+    with pytest.raises(StageFailed, match=r"stage 'fold' failed after \['export', 'rebuild'\]: RuntimeError: disk on fire"):
+        run(path)
+    root = tmp_path / "runs" / "tiny"
+    assert not (root / "fold").exists() and not (root / ".fold.partial").exists()
+    assert not (root / ".lock").exists()
+    monkeypatch.undo()
+    resumed = run(path)
+    assert statuses(resumed) == {"export": "up to date", "rebuild": "up to date", "fold": "passed", "compile": "passed", "mindir": "passed"}
+
+
+def test_leftover_partial_folder_is_cleaned_and_not_trusted(tmp_path):
+    path = write_recipe(tmp_path / "tiny.yaml")
+    root = tmp_path / "runs" / "tiny"
+    partial = root / ".export.partial"
+    partial.mkdir(parents=True)
+    (partial / "stage.json").write_text('{"status": "passed"}')
+    result = run(path)
+    assert statuses(result)["export"] == "passed" and not partial.exists()
+
+
+def test_out_of_tolerance_stage_fails_the_run_and_keeps_its_artifacts(tmp_path):
+    path = write_recipe(tmp_path / "tiny.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999})
+    result = run(path)
+    st = statuses(result)
+    assert not result.passed and "failed" in st.values()
+    failed = result.failed_stage
+    assert all(v == "not run" for k, v in st.items() if STAGES.index(k) > STAGES.index(failed.stage))
+    record = json.loads((result.root / failed.stage / "stage.json").read_text())
+    assert record["status"] == "failed" and "relative error" in record["violations"][0]
+    with pytest.raises(CheckFailed, match=f"stage '{failed.stage}' is out of tolerance"):
+        raise_for(result)
+
+
+def test_checkpoint_weights_are_used(tmp_path):
+    from tiny_models import tiny_net
+
+    torch.manual_seed(123)
+    model = tiny_net(num_classes=5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    ckpt = tmp_path / "weights.pt"
+    torch.save(model.state_dict(), ckpt)
+    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": "weights.pt"})
+    result = Runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
+    assert statuses(result)["rebuild"] == "passed"
+    ref = load_npz(result.root / "export" / "reference.npz")
+    with torch.no_grad():
+        expect = model.eval()(torch.from_numpy(ref["input.input"][0])).numpy()
+    np.testing.assert_allclose(ref["output.output"][0], expect, rtol=1e-6, atol=1e-6)
