@@ -10,6 +10,7 @@ computes and its line, which is what divergence localization walks.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,7 +174,8 @@ class CodeBuilder:
             hint = emitter.layer_name
         else:
             path, op = self._hint(node), snake(node.op_type)
-            hint = path if path.endswith(op) else f"{path}_{op}" if path else op
+            # "/layer1/layer1.0/relu_2/Relu" is the 3rd call of module `relu`: don't repeat the op.
+            hint = path if re.sub(r"_\d+$", "", path).endswith(op) else f"{path}_{op}" if path else op
         if len(node.outputs) > 1:
             hint = f"{hint}_{j}"
         return self.var_names(hint)
@@ -219,7 +221,7 @@ class CodeBuilder:
         if self.tensors:
             out.append("from mindspore.common.initializer import initializer")
         shapes = {n: tuple(self.graph.values[n].shape) for n in self.graph.inputs}
-        out += ["", f"INPUT_SHAPES = {shapes!r}", "", ""]
+        out += ["", "INPUT_SHAPES = {" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in shapes.items()) + "}", "", ""]
         out += [f"class {self.class_name}(nn.Cell):", f'    """Generated from {self.graph.name!r}; see the module docstring."""', ""]
         out += ["    def __init__(self):", "        super().__init__()"]
         for name, call in self.layers:
