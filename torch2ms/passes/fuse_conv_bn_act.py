@@ -18,7 +18,7 @@ from torch2ms.passes.base import Pass
 @dataclass
 class ConvBnActMatch:
     conv: Node
-    bn: Node | None
+    bn: Node
     act: Node | None
     activation: str
 
@@ -49,19 +49,15 @@ class FuseConvBnAct(Pass):
     def match(self, graph: Graph, node: Node):
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
             return None
-        bn = _single_consumer(graph, node.outputs[0])
-        if bn is None or bn.op_type != "BatchNormalization":
-            if bn is None and len(graph.consumers(node.outputs[0])) > 0:
-                nxt = graph.consumers(node.outputs[0])
-                if any(c.op_type == "BatchNormalization" for c in nxt):
-                    return ConvBnActMatch(node, None, None, "")
+        bn = next((u for u in graph.consumers(node.outputs[0]) if u.op_type == "BatchNormalization"), None)
+        if bn is None:
             return None
         act = _single_consumer(graph, bn.outputs[0])
         kind = activation_kind(graph, act) if act is not None else None
         return ConvBnActMatch(node, bn, act if kind else None, kind or "")
 
     def check(self, graph: Graph, m: ConvBnActMatch) -> str | None:
-        if m.bn is None:
+        if _single_consumer(graph, m.conv.outputs[0]) is not m.bn:
             return "the conv output is used by more than the BatchNormalization"
         if len(graph.values[m.conv.inputs[0]].shape or ()) != 4:
             return "not a 2-D convolution"

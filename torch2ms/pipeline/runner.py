@@ -98,7 +98,6 @@ class Runner:
                 self.ctx.log(f"removed leftovers of an interrupted run: {', '.join(stale)}")
             prev_fp = ""
             done: list[str] = []
-            fingerprints: dict[str, str] = {}
             stop = False
             for i, stage in enumerate(self.stages):
                 if stop or (until and STAGES.index(stage.name) > STAGES.index(until)):
@@ -106,7 +105,6 @@ class Runner:
                     continue
                 if not stage.enabled(self.recipe):
                     result.stages.append(StageResult(stage.name, "disabled"))
-                    fingerprints[stage.name] = prev_fp
                     continue
                 source = stage.source_stage(self.ctx)
                 inputs = {}
@@ -128,7 +126,7 @@ class Runner:
                     if not changed:
                         result.stages.append(StageResult(stage.name, "up to date", record))
                         self.on_stage(stage.name, "up to date")
-                        prev_fp = fingerprints[stage.name] = fp
+                        prev_fp = fp
                         done.append(stage.name)
                         continue
                     self.ctx.log(f"{stage.name}: {', '.join(changed)} changed since it was written; running it again")
@@ -136,7 +134,7 @@ class Runner:
                 res = self._execute(stage, fp, fp_payload, done)
                 result.stages.append(res)
                 self.on_stage(stage.name, res.status)
-                prev_fp = fingerprints[stage.name] = fp
+                prev_fp = fp
                 done.append(stage.name)
                 if res.status != "passed":
                     stop = True
