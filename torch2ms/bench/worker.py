@@ -1,0 +1,103 @@
+"""One-variant subprocess: ``python -m torch2ms.bench.worker SPEC.json``.
+
+``measure``: load one variant, time it alone, and report the process's peak RSS
+(``VmHWM``) next to the RSS right after the framework import, so the table can show both
+the total a deployment pays and the share the model itself adds. Only the variant's own
+framework is imported (a MindSpore variant never imports torch).
+
+``dump``: compile one MindSpore variant with ``save_graphs`` on, into ``SPEC['dump_dir']``, for
+the fusion report (``torch2ms.bench.fusion``).
+
+The result is the last stdout line, ``@@RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULT = "@@RESULT "
+
+
+def _status_mb(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process. Not ``ru_maxrss``: Linux keeps that
+    across ``execve``, so a child would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _import_framework(kind: str) -> None:
+    if kind == "torch":
+        import torch  # noqa: F401
+    elif kind == "onnxruntime":
+        import onnxruntime  # noqa: F401
+    else:
+        from torch2ms import msutil
+
+        msutil.mindspore()
+
+
+def measure(spec: dict) -> dict:
+    from torch2ms.bench.variants import BY_KEY, Settings, load
+    from torch2ms.pipeline.context import split_reference
+    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.recipe import parse_recipe
+
+    variant = BY_KEY[spec["variant"]]
+    _import_framework(variant.kind)
+    baseline = _status_mb("VmRSS")
+    recipe = parse_recipe(spec["recipe"], "bench", spec["base_dir"])
+    folders = {k: Path(v) for k, v in spec["folders"].items()}
+    inputs, _ = split_reference(load_npz(folders["export"] / "reference.npz"))
+    loaded = load(variant, folders, recipe, Settings(**spec["settings"]), inputs[0])
+    for _ in range(spec["warmup"]):
+        loaded.call()
+    times = []
+    for _ in range(spec["runs"]):
+        t0 = time.perf_counter()
+        loaded.call()
+        times.append(time.perf_counter() - t0)
+    return {
+        "first_call_s": loaded.first_call_s,
+        "median_ms": statistics.median(times) * 1e3,
+        "peak_rss_mb": _status_mb("VmHWM"),
+        "import_rss_mb": baseline,
+    }
+
+
+def dump(spec: dict) -> dict:
+    from torch2ms import msutil
+    from torch2ms.stages.compile import set_graph_mode
+
+    ms = msutil.mindspore()
+    os.environ["MS_DEV_DUMP_IR_PASSES"] = "graph_build"
+    set_graph_mode(ms, spec["graph_kernel"], spec.get("graph_kernel_flags", ""), spec.get("jit_level"))
+    ms.set_context(save_graphs=1, save_graphs_path=spec["dump_dir"], runtime_num_threads=spec["threads"])
+    from torch2ms.pipeline.context import split_reference
+    from torch2ms.pipeline.workspace import load_npz
+
+    inputs, _ = split_reference(load_npz(Path(spec["export"]) / "reference.npz"))
+    cell = msutil.build_network(Path(spec["network"]), "dump")
+    out = cell(*[ms.Tensor(v) for v in inputs[0].values()])
+    (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()
+    return {"dump_dir": spec["dump_dir"]}
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    result = {"measure": measure, "dump": dump}[spec["action"]](spec)
+    sys.stdout.write("\n" + RESULT + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
