@@ -1,0 +1,77 @@
+"""``torch2ms bench`` on the tiny model: the outputs exist and every variant carries its check.
+
+No timing assertions: the numbers depend on the machine; the test checks the plumbing (the
+pipeline ran, every variant was checked and timed or reported, the files are written, the run's
+report links them), plus the pure parts (IR parsing, report section replacement).
+"""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from torch2ms.bench.fusion import parse_graph_build
+from torch2ms.bench.report import link_report
+from torch2ms.bench.variants import VARIANTS
+from torch2ms.cli import _load_commands
+from torch2ms.cli_app import app
+
+IR = """# IR entry: @kernel_graph0
+subgraph attr:
+graph_kernel: BiasAdd_ReLU_fusion
+subgraph @_anonymous__1(%para1, %para2) {
+  %0(CNode_1) = PrimFunc_Add(%para1, %para2) cnode_attrs: {}
+  %1(CNode_2) = PrimFunc_ReLU(%0)
+  Return(%1)
+}
+
+subgraph @kernel_graph0() {
+  %0(CNode_3) = Load(%para9, UMonad[U])
+  %1(output) = Conv2D(%para8, %0) {instance name: conv2d}
+  %2(CNode_4) = call @_anonymous__1(%1, %0)
+  %3(CNode_5) = PrimFunc_MatMul(%2, %0)
+  %4(CNode_6) = UpdateState(U, %3)
+  Return(%3)
+}
+"""
+
+
+def test_parse_graph_build_counts_kernels_and_fused_groups():
+    parsed = parse_graph_build(IR)
+    assert parsed["ops"] == {"Conv2D": 1, "MatMul": 1}  # Load / UpdateState / Return are not kernels
+    assert parsed["fused_kernels"] == 1
+    assert parsed["fused_groups"] == {"BiasAdd_ReLU_fusion": 1}
+    assert parsed["kernels"] == 3
+
+
+def test_link_report_replaces_its_own_section(tmp_path):
+    report = tmp_path / "report.md"
+    report.write_text("# report\n\ntable\n")
+    link_report(report, "first")
+    link_report(report, "second")
+    text = report.read_text()
+    assert text.count("## Benchmark") == 1 and "second" in text and "first" not in text
+    assert text.startswith("# report\n\ntable")
+
+
+def test_bench_tiny_writes_table_json_and_png(tiny_recipe):
+    _load_commands()
+    result = CliRunner().invoke(app, ["bench", "--recipe", str(tiny_recipe), "--runs", "2", "--warmup", "1", "--no-fusion"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    bench_dir = tiny_recipe.parent / "runs" / "tiny" / "bench"
+    data = json.loads((bench_dir / "bench.json").read_text())
+    results = data["batches"]["1"]
+    assert set(results) == {v.key for v in VARIANTS}
+    for key, r in results.items():
+        assert r["status"] in ("ok", "wrong", "error"), key
+        if r["status"] != "error":
+            assert "passed" in r["check"] and "rel_error" in r["check"], key
+        if r["status"] == "ok":
+            assert r["median_ms"] is not None and len(r["samples_ms"]) == 2, key
+            assert r["peak_rss_mb"] and r["peak_rss_mb"] > 0, key
+    assert results["torch"]["status"] == "ok" and results["ms_graph_folded"]["status"] == "ok"
+    assert (bench_dir / "latency.png").stat().st_size > 1000
+    assert "ms_graph_folded" in (bench_dir / "bench.md").read_text()
+    assert "## Benchmark" in (bench_dir.parent / "report.md").read_text()
+    assert "ms_pynative_plain" in result.output  # the terminal table
