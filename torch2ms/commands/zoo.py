@@ -1,0 +1,104 @@
+"""``torch2ms zoo``: convert every model of a zoo file, each in its own worker process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
+from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, Torch2msError
+
+MARK = {"passed": "[green]passed [/green]", "failed": "[red]failed [/red]", "timeout": "[red]timeout[/red]", "crashed": "[red]crashed[/red]"}
+
+
+def _progress(state, total: int):
+    from rich.console import Group
+    from rich.text import Text
+
+    ok, bad = state.counts()
+    running = state.running()
+    done = ok + bad
+    width = 30
+    filled = int(width * done / total) if total else width
+    lines = [Text.from_markup(f"[bold]{done}/{total}[/bold] done  [green]{ok} passed[/green]  [red]{bad} failed[/red]  {len(running)} running  "
+                              f"[cyan]{'━' * filled}[/cyan][dim]{'━' * (width - filled)}[/dim]")]
+    lines += [Text(f"  {name}: {stage} ({secs:.0f} s)", style="yellow") for name, stage, secs in running]
+    return Group(*lines)
+
+
+@app.command()
+def zoo(
+    zoo_file: Path = typer.Argument(..., help="zoo YAML: `defaults:` + `models:` (see recipes/zoo/)"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="models converted at once (default: 1 locally; with Ray, the cluster's CPUs)"),
+    only: Optional[str] = typer.Option(None, "--only", help="comma-separated model names to run, e.g. resnet50,fcn_resnet50"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: runs/zoo/<zoo file name>)"),
+    timeout: float = typer.Option(1800, "--timeout", min=1, help="seconds per model before its worker is killed"),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes here) or ray (one Ray task per model)"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"),
+    cpu_isa: Optional[str] = CpuIsa,
+) -> None:
+    """Convert every model of a zoo file in its own process; write summary.json/.md/.html. Exit 0
+    only if every selected model passed."""
+    from rich.live import Live
+
+    from torch2ms.zoo import ZooOptions, load_zoo, run_batch, select
+    from torch2ms.zoo.launch import kill_all
+
+    if executor not in ("local", "ray"):
+        raise Torch2msError(f"--executor {executor!r}: choose local or ray")
+    if address and executor != "ray":
+        raise Torch2msError("--address is for the Ray executor", hint="add --executor ray")
+    models = select(load_zoo(zoo_file), only, str(zoo_file))
+    setup_cpu(cpu_isa)  # the workers inherit it; the driver itself never imports MindSpore
+    out_root = out or Path("runs") / "zoo" / zoo_file.stem
+    opts = ZooOptions(out_root=out_root, jobs=jobs, timeout=timeout, executor=executor, address=address, cpu_isa=cpu_isa)
+    console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
+    live = {}
+
+    def on_start(state) -> None:
+        live["view"] = Live(get_renderable=lambda: _progress(state, len(models)), console=console, refresh_per_second=2, transient=True)
+        live["view"].start()
+
+    def on_row(row: dict) -> None:
+        extra = f"  {row.get('wall_s', 0):.0f} s" + ("  (cached)" if row.get("cached") else "")
+        reason = f"  {' '.join(row['reason'].split())[:160]}" if row["status"] != "passed" else ""
+        console.print(f"  {MARK.get(row['status'], row['status'])} {row['name']}{extra}{reason}", highlight=False)
+
+    try:
+        data = run_batch(models, opts, str(zoo_file), on_row=on_row, on_start=on_start, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+    except KeyboardInterrupt:
+        kill_all()
+        console.print(f"[red]interrupted[/red]; finished stages are kept. Resume with the same command: torch2ms zoo {zoo_file}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if "view" in live:
+            live["view"].stop()
+    _print_table(data)
+    paths = data["paths"]
+    console.print(f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  {paths['json']}")
+    if data["passed"] != data["total"]:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+STAGE_MARK = {"passed": "✓", "up to date": "=", "disabled": "-", "not run": "·", "failed": "✗", "timeout": "T", "crashed": "!"}
+
+
+def _print_table(data: dict) -> None:
+    """The summary on the terminal: stages as one column of marks (✓ passed, = up to date,
+    ✗ failed, T timeout, ! crashed, · not run); the files have the full table."""
+    from rich.table import Table
+
+    from torch2ms.recipe import STAGES
+    from torch2ms.zoo.summary import cells
+
+    table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
+    for c in ("model", "status", "stages", "rel err", "cosine", "ONNX", "C2dBnAct", "BN fold", "conv s", "ms", "RSS MB", "reason"):
+        table.add_column(c, overflow="fold", no_wrap=c not in ("reason",))
+    style = {"passed": "green", "failed": "red", "timeout": "red", "crashed": "red"}
+    for r in data["models"]:
+        c = cells(r)
+        marks = "".join(STAGE_MARK.get(r["stages"].get(s, "not run"), "?") for s in STAGES)
+        table.add_row(c[0], c[1], marks, *c[2 + len(STAGES):-1], c[-1][:100], style=style.get(r["status"]))
+    out_console.print(table)

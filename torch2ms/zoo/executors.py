@@ -1,0 +1,100 @@
+"""Where the zoo's workers run: a local pool of ``--jobs`` threads, each waiting on one worker
+process, or Ray tasks (one per model, ``num_cpus=1``, no retries) that each run the same launcher
+on whichever node Ray picks. Either way ``launch.run_one`` makes the row, so the summaries are
+the same. Ray is optional and imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Callable
+
+from torch2ms.errors import Torch2msError
+from torch2ms.recipe import STAGES
+from torch2ms.zoo.launch import kill_all, run_one
+
+OnDone = Callable[[dict], None]
+
+
+def failed_row(job: dict, reason: str) -> dict:
+    """The row of a model whose task never produced one (the executor itself failed)."""
+    return {"name": job["name"], "status": "crashed", "stages": dict.fromkeys(STAGES, "not run"), "reason": reason, "cached": False}
+
+
+def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="zoo")
+    futures = {pool.submit(run_one, job): job for job in jobs}
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for f in done:
+                try:
+                    on_done(f.result())
+                except Exception as err:  # the launcher itself failed (e.g. disk full)
+                    on_done(failed_row(futures[f], f"launcher error: {type(err).__name__}: {err}"))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise Torch2msError("--executor ray needs the `ray` package, which is not installed", hint="pip install 'torch2ms[ray]', or use --executor local") from None
+    return ray
+
+
+def ray_parallelism(address: str | None, jobs: int | None) -> int:
+    ray = _import_ray()
+    if jobs:
+        return jobs
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done: OnDone, log: Callable[[str], None] = print) -> int:
+    """Run every job as a Ray task; at most ``parallel`` in flight (default: the cluster's CPUs).
+    Connects to ``address`` or, without one, to a running ``ray.init`` or a new local Ray
+    (shut down at the end). Returns the parallelism used."""
+    ray = _import_ray()
+    started = False
+    if not ray.is_initialized():
+        try:
+            if address:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(num_cpus=parallel or 1, include_dashboard=False, log_to_driver=False)
+        except Exception as err:
+            raise Torch2msError(f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: {type(err).__name__}: {err}",
+                                hint="check --address (e.g. ray://host:10001 or auto), or drop it to start a local Ray") from None
+        started = True
+        log(f"Ray {'at ' + address if address else 'started locally'}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
+    parallel = ray_parallelism(address, parallel)
+    task = ray.remote(num_cpus=1, max_retries=0)(run_one)
+    queue = list(jobs)
+    in_flight: dict = {}
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < parallel:
+                job = queue.pop(0)
+                in_flight[task.remote(job)] = job
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                job = in_flight.pop(ref)
+                try:
+                    on_done(ray.get(ref))
+                except Exception as err:  # the Ray worker died or the task could not run
+                    on_done(failed_row(job, f"Ray task failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"))
+    except BaseException:
+        for ref in in_flight:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+    return parallel

@@ -1,0 +1,204 @@
+"""Run one zoo model in a worker process and turn whatever happened into its summary row.
+
+The worker runs in a session of its own, so a hang past the timeout is ended by killing its
+whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
+process tree while it runs and also reported by the worker itself (``ru_maxrss``); the larger is
+kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
+
+* ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
+  tolerance, and the reason is the stage's own error;
+* ``timeout``: killed after the per-model timeout, naming the stage that was running;
+* ``crashed``: the worker exited or was killed without finishing (segfault, ``os._exit``,
+  out-of-memory kill), naming the stage, the exit code or signal and the log's last line.
+
+This function is what both executors run (a thread of the local pool, or a Ray task), so their
+summaries are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from torch2ms.pipeline.workspace import write_json
+from torch2ms.recipe import STAGES
+from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
+
+POLL_S = 0.5
+GRACE_S = 3.0
+
+_live: dict[int, subprocess.Popen] = {}
+_live_lock = threading.Lock()
+
+
+def kill_all() -> None:
+    """Kill every worker this process started (used when the batch is interrupted)."""
+    with _live_lock:
+        procs = list(_live.values())
+    for p in procs:
+        _kill_group(p, grace=0)
+
+
+def _kill_group(p: subprocess.Popen, grace: float) -> None:
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """RSS of the worker process itself (children are separate programs, e.g. compilers)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except Exception:
+        return 0.0
+
+
+def _last_line(path: Path, limit: int = 200) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def run_one(job: dict) -> dict:
+    """Run the job in a worker process; return the model's summary row (also written to disk)."""
+    run_dir = Path(job["out_root"]) / job["name"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / JOB, job)
+    write_status(run_dir, {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()})
+    previous = read_json(run_dir / RESULT)
+    env = dict(os.environ)
+    extra_path = [p for p in job.get("pythonpath", []) if p]
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    t0 = time.monotonic()
+    peak_sampled = 0.0
+    timed_out = False
+    with open(run_dir / LOG, "wb") as log:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=job.get("cwd") or None, env=env, start_new_session=True,
+        )
+        with _live_lock:
+            _live[p.pid] = p
+        try:
+            while True:
+                try:
+                    p.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                peak_sampled = max(peak_sampled, _tree_rss_mb(p.pid))
+                if time.monotonic() - t0 > job["timeout"]:
+                    timed_out = True
+                    _kill_group(p, GRACE_S)
+                    break
+        finally:
+            if p.poll() is None:
+                _kill_group(p, grace=0)
+            with _live_lock:
+                _live.pop(p.pid, None)
+    wall = time.monotonic() - t0
+    status = read_json(run_dir / STATUS) or {}
+    if status.get("batch") != job["batch"]:
+        status = {}
+    row = build_row(job, run_dir, status, p.returncode, timed_out, wall, peak_sampled, previous)
+    write_json(run_dir / RESULT, row)
+    return row
+
+
+def _stage_records(run_dir: Path, stages: dict) -> dict[str, dict]:
+    out = {}
+    for stage, st in stages.items():
+        if st in ("passed", "up to date", "failed"):
+            rec = read_json(run_dir / stage / "stage.json")
+            if rec:
+                out[stage] = rec
+    return out
+
+
+def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, timed_out: bool, wall: float, peak_sampled: float, previous: dict | None) -> dict:
+    stages = dict.fromkeys(STAGES, "not run")
+    stages.update(status.get("stages") or {})
+    current = status.get("stage")
+    finished = status.get("state") == "finished"
+    peak = max(peak_sampled, status.get("peak_rss_mb") or 0.0)
+    where = f" during stage {current!r}" if current and stages.get(current) == "running" else (" before the first stage" if not current else f" after stage {current!r}")
+    if timed_out:
+        model_status = "timeout"
+        if current and stages.get(current) == "running":
+            stages[current] = "timeout"
+        reason = f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout)"
+    elif finished and returncode == 0:
+        model_status = status.get("status") or "failed"
+        reason = status.get("reason", "")
+    else:
+        model_status = "crashed"
+        if current and stages.get(current) == "running":
+            stages[current] = "crashed"
+        if returncode is not None and returncode < 0:
+            how = f"killed by {_signal_name(returncode)}"
+            if returncode == -signal.SIGKILL:
+                how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
+        else:
+            how = f"exited with code {returncode}"
+        tail = _last_line(run_dir / LOG)
+        reason = f"worker {how}{where}" + (f"; last log line: {tail}" if tail else "") + f" (log: {run_dir / LOG})"
+
+    records = _stage_records(run_dir, stages)
+    worsts = [r["worst"] for r in records.values() if r.get("worst")]
+    rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
+    coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
+    get = lambda stage, part, key: (records.get(stage) or {}).get(part, {}).get(key)  # noqa: E731
+    cached = model_status == "passed" and all(s in ("up to date", "disabled") for s in stages.values())
+    peak_rss = round(peak, 1) if peak else None
+    if cached and previous and previous.get("peak_rss_mb") and previous.get("status") == "passed":
+        peak_rss = previous["peak_rss_mb"]  # the figure of the run that did the work
+    return {
+        "name": job["name"],
+        "status": model_status,
+        "stages": stages,
+        "worst_rel_error": max(rels) if rels else None,
+        "min_cosine": min(coss) if coss else None,
+        "onnx_nodes": get("export", "counts", "onnx_nodes"),
+        "conv2d_bn_act": get("rebuild", "counts", "conv2d_bn_act"),
+        "batchnorm_folded": get("fold", "counts", "batchnorm_folded"),
+        "convert_s": round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
+        "latency_ms": get("compile", "extra", "median_ms"),
+        "peak_rss_mb": peak_rss,
+        "wall_s": round(wall, 2),
+        "cached": cached,
+        "exit_code": returncode,
+        "reason": reason,
+        "run_dir": str(run_dir),
+        "log": str(run_dir / LOG),
+    }

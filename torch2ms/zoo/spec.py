@@ -1,0 +1,163 @@
+"""Zoo files: many recipes in one YAML, converted as a batch by ``torch2ms zoo``.
+
+```yaml
+defaults:            # a partial recipe merged under every model
+  check: {samples: 1}
+models:
+  - {name: resnet18, model: {factory: "torchvision.models:resnet18", kwargs: {weights: null}},
+     inputs: [{shape: [1, 3, 224, 224]}]}
+  - {recipe: ../resnet50.yaml, check: {samples: 2}}   # a recipe file (relative to this file) + overrides
+```
+
+Merge order, later wins: ``defaults`` < the recipe file (if any) < the entry's own keys. Mappings
+merge key by key; anything else (lists such as ``inputs``, scalars) is replaced whole. Every merged
+model is validated as a recipe; problems are reported all at once, each under the path where it
+was written: ``defaults.compile.graph_kernal``, ``models[3].inputs.0.shape`` or the recipe file.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from torch2ms.errors import RecipeError
+from torch2ms.recipe import Recipe, parse_recipe
+
+
+class ZooFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: dict[str, Any] = Field(default_factory=dict, description="partial recipe merged under every model")
+    models: list[dict[str, Any]] = Field(min_length=1, description="inline recipes, or {recipe: path} plus overrides")
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    recipe: Recipe
+    data: dict  # the merged recipe as plain data (what the worker validates again)
+    source: str  # where it came from, for messages: "zoo.yaml: models[3]"
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else copy.deepcopy(v)
+    return out
+
+
+def _has_path(data: Any, loc: tuple) -> bool:
+    """Whether ``data`` spells out the first key(s) of an error location (so the error is its)."""
+    if not loc:
+        return True
+    if isinstance(data, dict) and loc[0] in data:
+        return _has_path(data[loc[0]], loc[1:]) if isinstance(data[loc[0]], dict) else True
+    return False
+
+
+def _message(e: dict) -> str:
+    if e["type"] == "extra_forbidden":
+        return "unknown key (check the spelling; see the recipe reference in the README)"
+    if e["type"] == "missing":
+        return "required field is missing"
+    return e["msg"]
+
+
+def load_zoo(path: str | Path) -> list[ZooModel]:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: zoo file not found", hint="pass a zoo YAML, e.g. recipes/zoo/torchvision.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_zoo(raw, str(path), path.parent)
+
+
+def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`), got {type(raw).__name__}")
+    try:
+        zoo = ZooFile.model_validate(raw)
+    except ValidationError as err:
+        lines = [f"{source}: invalid zoo file:"]
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {_message(e)}")
+        raise RecipeError("\n".join(lines)) from None
+
+    problems: list[str] = []
+    models: list[ZooModel] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(zoo.models):
+        where = f"models[{i}]"
+        file_data: dict = {}
+        entry_base = base_dir
+        entry = dict(entry)
+        ref = entry.pop("recipe", None)
+        if ref is not None:
+            if not isinstance(ref, str):
+                problems.append(f"  {where}.recipe: expected a path to a recipe YAML, got {type(ref).__name__}")
+                continue
+            rpath = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+            if not rpath.is_file():
+                problems.append(f"  {where}.recipe: {rpath}: file not found (paths are relative to the zoo file's folder)")
+                continue
+            try:
+                file_data = yaml.safe_load(rpath.read_text()) or {}
+            except yaml.YAMLError as err:
+                problems.append(f"  {where}.recipe: {rpath}: not valid YAML: {getattr(err, 'problem', err)}")
+                continue
+            if not isinstance(file_data, dict):
+                problems.append(f"  {where}.recipe: {rpath}: a recipe must be a YAML mapping")
+                continue
+            entry_base = rpath.parent
+        merged = deep_merge(deep_merge(zoo.defaults, file_data), entry)
+        label = f"{where} ({merged.get('name', 'unnamed')})"
+        try:
+            recipe = Recipe.model_validate({**merged, "base_dir": str(entry_base)})
+        except ValidationError as err:
+            for e in err.errors():
+                loc = tuple(e["loc"])
+                dotted = ".".join(str(p) for p in loc) or "(top level)"
+                if _has_path(entry, loc):
+                    problems.append(f"  {label}.{dotted}: {_message(e)}")
+                elif ref is not None and _has_path(file_data, loc):
+                    problems.append(f"  {label}: {ref}: {dotted}: {_message(e)}")
+                elif _has_path(zoo.defaults, loc):
+                    msg = f"  defaults.{dotted}: {_message(e)}"
+                    if msg not in problems:
+                        problems.append(msg)
+                else:
+                    problems.append(f"  {label}.{dotted}: {_message(e)}")
+            continue
+        if recipe.name in seen:
+            problems.append(f"  {where}.name: {recipe.name!r} is already used by models[{seen[recipe.name]}]; names must be unique (each is a run folder)")
+            continue
+        seen[recipe.name] = i
+        # Validate exactly as the worker will, so a model never fails late on its recipe.
+        parse_recipe(merged, f"{source}: {label}", entry_base)
+        models.append(ZooModel(recipe.name, recipe, merged, f"{source}: {label}"))
+    if problems:
+        n = len(problems)
+        raise RecipeError(f"{source}: invalid zoo file ({n} problem{'s' if n > 1 else ''}):\n" + "\n".join(problems))
+    return models
+
+
+def select(models: list[ZooModel], only: str | None, source: str) -> list[ZooModel]:
+    """The models named in ``--only a,b`` (in zoo order); all when ``only`` is empty."""
+    if not only:
+        return models
+    wanted = [n.strip() for n in only.split(",") if n.strip()]
+    names = {m.name for m in models}
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise RecipeError(f"--only: {', '.join(unknown)} not in {source}", hint=f"choose from: {', '.join(m.name for m in models)}")
+    return [m for m in models if m.name in wanted]

@@ -1,0 +1,125 @@
+"""``summary.json``, ``summary.md`` and ``summary.html`` of a zoo run: one table, three formats.
+
+The markdown and HTML tables are rendered from the same rows as the JSON, so they always agree.
+Every file is written to a temp name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+from torch2ms.pipeline.runner import framework_versions
+from torch2ms.pipeline.workspace import atomic_write_text, write_json
+from torch2ms.recipe import STAGES
+
+COLUMNS = ("model", "status", *STAGES, "max rel err", "min cosine", "ONNX nodes", "Conv2dBnAct", "BN folded", "convert s", "latency ms", "peak RSS MB", "reason")
+STATUS_COLOR = {"passed": "#1a7f37", "up to date": "#0969da", "failed": "#cf222e", "timeout": "#bc4c00", "crashed": "#cf222e", "not run": "#6e7781", "disabled": "#6e7781"}
+
+
+def headline(rows: list[dict]) -> str:
+    n = len(rows)
+    ok = sum(r["status"] == "passed" for r in rows)
+    pct = 100.0 * ok / n if n else 0.0
+    return f"{ok}/{n} models passed ({pct:.1f}%)"
+
+
+def _num(v, spec: str) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return format(v, spec)
+
+
+def _reason(text: str, limit: int = 200) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cells(row: dict) -> list[str]:
+    status = row["status"] + (" (cached)" if row.get("cached") else "")
+    return [
+        row["name"],
+        status,
+        *(row["stages"].get(s, "not run") for s in STAGES),
+        _num(row.get("worst_rel_error"), ".2e"),
+        _num(row.get("min_cosine"), ".7f"),
+        _num(row.get("onnx_nodes"), "d"),
+        _num(row.get("conv2d_bn_act"), "d"),
+        _num(row.get("batchnorm_folded"), "d"),
+        _num(row.get("convert_s"), ".1f"),
+        _num(row.get("latency_ms"), ".2f"),
+        _num(row.get("peak_rss_mb"), ".0f"),
+        _reason(row.get("reason", "")),
+    ]
+
+
+def build(rows: list[dict], meta: dict) -> dict:
+    ok = sum(r["status"] == "passed" for r in rows)
+    return {
+        "headline": headline(rows),
+        "passed": ok,
+        "total": len(rows),
+        "pass_rate": round(ok / len(rows), 4) if rows else 0.0,
+        **meta,
+        "versions": framework_versions(),
+        "models": rows,
+    }
+
+
+def _md(data: dict) -> str:
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    lines = [
+        f"# torch2ms zoo: {data['zoo']}",
+        "",
+        f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, timeout {data['timeout']:g} s per model).",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(esc(c) for c in cells(r)) + " |" for r in data["models"]]
+    lines += [
+        "",
+        "Errors are the worst over all stages against PyTorch; convert s is the sum of the stage times "
+        "(for a cached model, from when it was converted); latency is the compiled network's median; "
+        "peak RSS is the worker process's.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _html(data: dict) -> str:
+    def td(text: str) -> str:
+        color = STATUS_COLOR.get(text.replace(" (cached)", ""))
+        style = f' style="color:{color};font-weight:600"' if color else ""
+        return f"<td{style}>{html.escape(text)}</td>"
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "\n".join("<tr>" + "".join(td(c) for c in cells(r)) + "</tr>" for r in data["models"])
+    title = html.escape(f"torch2ms zoo: {data['zoo']}")
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f6f8fa}}</style></head>
+<body><h1>{title}</h1>
+<p><b>{html.escape(data['headline'])}</b> in {data['seconds']:.0f} s ({html.escape(data['executor'])} executor, {data['jobs']} at a time, timeout {data['timeout']:g} s per model).</p>
+<table>
+<thead><tr>{head}</tr></thead>
+<tbody>
+{body}
+</tbody></table>
+<p>Versions: {html.escape(", ".join(f"{k} {v}" for k, v in data["versions"].items()))}</p>
+</body></html>
+"""
+
+
+def write_summaries(out_root: Path, data: dict) -> dict[str, Path]:
+    paths = {"json": out_root / "summary.json", "md": out_root / "summary.md", "html": out_root / "summary.html"}
+    write_json(paths["json"], data)
+    atomic_write_text(paths["md"], _md(data))
+    atomic_write_text(paths["html"], _html(data))
+    return paths

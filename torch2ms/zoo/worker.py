@@ -1,0 +1,107 @@
+"""One zoo model in its own process: ``python -m torch2ms.zoo.worker <run dir>/zoo-job.json``.
+
+Runs the five stages with the ordinary ``Runner`` (so finished stages are skipped on a re-run),
+writes ``report.json``/``report.md`` like ``torch2ms convert``, and keeps ``zoo-status.json``
+current so that the launcher knows which stage was running if this process dies. Exit code 0
+whether the model passed or failed its checks: a failure is data in the status file; any other
+exit means the worker itself crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed if the launcher dies, so a killed batch leaves no orphan conversions."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    parent = os.environ.get("TORCH2MS_ZOO_PARENT")
+    if parent and os.getppid() != int(parent):  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (and of any child it waited for), in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, kids) / 1024, 1)  # ru_maxrss is in KiB on Linux
+
+
+def main(job_path: str) -> int:
+    _die_with_parent()
+    job = json.loads(Path(job_path).read_text())
+    # The CPU setting must be in the environment before anything imports MindSpore.
+    from torch2ms.runtime import configure_cpu
+
+    choice = configure_cpu(job.get("cpu_isa"))
+    os.environ.setdefault("GLOG_v", "3")
+
+    from torch2ms.errors import Torch2msError
+    from torch2ms.pipeline.report import write_reports
+    from torch2ms.pipeline.runner import Runner
+    from torch2ms.recipe import STAGES, parse_recipe
+    from torch2ms.zoo.files import write_status
+
+    run_dir = Path(job["out_root"]) / job["name"]
+    status = {
+        "batch": job["batch"],
+        "name": job["name"],
+        "state": "running",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "stage": None,
+        "stages": dict.fromkeys(STAGES, "not run"),
+        "status": None,
+        "reason": "",
+    }
+
+    def update(**kw) -> None:
+        status.update(kw, updated=time.time(), peak_rss_mb=peak_rss_mb())
+        write_status(run_dir, status)
+
+    def on_stage(stage: str, state: str) -> None:
+        status["stages"][stage] = state
+        print(f"[zoo] {job['name']}: {stage} {state}", flush=True)
+        update(stage=stage)
+
+    print(f"[zoo] {job['name']}: CPU ONEDNN_MAX_CPU_ISA={choice.isa} ({choice.source}); pid {os.getpid()}", flush=True)
+    update()
+    t0 = time.perf_counter()
+    try:
+        recipe = parse_recipe(job["recipe"], job["source"], job["base_dir"])
+        runner = Runner(recipe, Path(job["out_root"]), log=lambda m: print(f"[zoo] {m}", flush=True), on_stage=on_stage)
+        result = runner.run()
+        write_reports(result)
+    except Exception as err:  # a stage raised: the model failed, the worker did its job
+        traceback.print_exc()
+        running = status["stage"] if status["stage"] and status["stages"].get(status["stage"]) == "running" else None
+        if running:
+            status["stages"][running] = "failed"
+        reason = str(err) if isinstance(err, Torch2msError) else f"{type(err).__name__}: {err}"
+        update(state="finished", status="failed", reason=reason, seconds=round(time.perf_counter() - t0, 2))
+        return 0
+    for s in result.stages:
+        status["stages"][s.stage] = s.status
+    failed = result.failed_stage
+    reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
+    update(state="finished", status="passed" if result.passed else "failed", reason=reason, seconds=round(time.perf_counter() - t0, 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
