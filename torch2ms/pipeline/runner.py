@@ -91,8 +91,10 @@ class Runner:
             raise Torch2msError(f"--from {from_stage!r} is not a stage; choose one of {', '.join(STAGES)}")
         t_start = time.perf_counter()
         result = RunResult(self.recipe, self.run_dir.root)
-        self.run_dir.lock()
+        took_over = self.run_dir.lock()
         try:
+            if took_over:
+                self.ctx.log(f"took over the lock left by pid {took_over}, which is no longer running")
             stale = self.run_dir.cleanup_stale()
             if stale:
                 self.ctx.log(f"removed leftovers of an interrupted run: {', '.join(stale)}")

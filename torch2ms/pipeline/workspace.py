@@ -2,13 +2,14 @@
 
 A stage writes into ``.<stage>.partial/`` and is committed by renaming that folder into place
 (the previous one is moved aside first, then deleted), so a killed run never leaves a folder
-that looks complete. Small files are written to a temp name and renamed. A lock file holding
-the owner's pid keeps two runs out of the same folder; a lock whose process is gone is taken
-over.
+that looks complete. Small files are written to a temp name and renamed. A lock (``flock`` on
+``.lock``, which holds the owner's pid) keeps two runs out of the same folder; the lock of a
+process that is gone is free again and taken over.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -75,7 +76,7 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 class RunDir:
     def __init__(self, root: Path):
         self.root = Path(root)
-        self._locked = False
+        self._lock_fd: int | None = None
 
     def stage_dir(self, stage: str) -> Path:
         return self.root / stage
@@ -133,30 +134,45 @@ class RunDir:
     def lock_path(self) -> Path:
         return self.root / ".lock"
 
-    def lock(self) -> None:
+    def lock(self) -> int | None:
+        """Take the folder's lock; return the pid of a dead previous owner it took over, if any.
+
+        The lock is an ``flock`` on ``.lock`` (which also holds the owner's pid for messages):
+        the kernel drops it when its process dies, even by SIGKILL, so a lock file left by a
+        dead run is simply free. Deciding "stale" from the pid alone let several runs that
+        found the same stale file all delete it and all go ahead.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
+        while True:
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
                 owner = _read_pid(self.lock_path)
-                if owner is not None and owner != os.getpid() and _alive(owner):
-                    raise LockedError(
-                        f"{self.root} is in use by another torch2ms process (pid {owner})",
-                        hint=f"wait for it to finish, or use another --out; if pid {owner} is not torch2ms, delete {self.lock_path}",
-                    ) from None
-                self.lock_path.unlink(missing_ok=True)  # stale: its owner is gone
+                who = f"pid {owner}" if owner is not None else "pid not yet written"
+                raise LockedError(
+                    f"{self.root} is in use by another torch2ms process ({who})",
+                    hint="wait for it to finish, or use another --out",
+                ) from None
+            try:  # its owner may have removed the file between our open() and flock()
+                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            self._locked = True
-            return
-        raise LockedError(f"could not take the lock {self.lock_path}")
+            previous = _read_pid(self.lock_path)
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            self._lock_fd = fd
+            return previous if previous != os.getpid() else None
 
     def unlock(self) -> None:
-        if self._locked and _read_pid(self.lock_path) == os.getpid():
-            self.lock_path.unlink(missing_ok=True)
-        self._locked = False
+        if self._lock_fd is not None:
+            self.lock_path.unlink(missing_ok=True)  # while still holding it: see lock()
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _read_pid(path: Path) -> int | None:
@@ -164,16 +180,3 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed child not yet reaped) is not a live owner
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
