@@ -1,0 +1,229 @@
+"""``torch2ms package``: a checked run folder -> one reproducible deployment archive.
+
+The archive holds the MindIR and the ONNX, the reference samples, ``infer.py``, conversion
+scripts for one board, a compatibility report and ``manifest.json`` (what the model takes and
+returns, how to preprocess, the equivalence figures of every stage, versions, the recipe, and
+the sha256 of every other file). Its name is ``<name>-<version>.tar.gz``; the default version is
+``<torch2ms version>-<first 8 hex digits of the recipe's sha256>``, so a changed recipe gives a
+new file name and the same recipe the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Callable
+
+from torch2ms import __version__
+from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
+from torch2ms.package import compat, targets
+from torch2ms.pipeline.context import split_reference
+from torch2ms.pipeline.workspace import load_npz, sha256_file
+from torch2ms.recipe import Recipe
+
+FORMAT = "torch2ms-bundle/1"
+TEMPLATES = Path(__file__).parent / "templates"
+TOP_K = 5
+
+
+@dataclass
+class Packaged:
+    path: Path
+    version: str
+    manifest: dict
+    sizes: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_version(recipe: Recipe) -> str:
+    return f"{__version__}-{recipe.sha256()[:8]}"
+
+
+def image_geometry(recipe: Recipe) -> tuple[bool, tuple[int, int] | None]:
+    """(does the model take one 1x3xHxW image, (H, W)); checks ``preprocess.resize`` against it."""
+    shape = recipe.inputs[0].shape
+    is_image = len(recipe.inputs) == 1 and len(shape) == 4 and shape[0] == 1 and shape[1] == 3
+    size = (shape[2], shape[3]) if is_image else None
+    resize = recipe.preprocess.resize
+    if resize is not None and is_image and tuple(resize) != size:
+        raise RecipeError(
+            f"preprocess.resize is {list(resize)} but input {recipe.inputs[0].name!r} is {list(shape)}: the model has fixed shapes",
+            hint=f"set preprocess.resize to [{size[0]}, {size[1]}] (height, width) or remove it",
+        )
+    return is_image, size
+
+
+def postprocess_spec(recipe: Recipe, out_name: str, out_shape: tuple[int, ...]) -> dict:
+    names = list(recipe.class_names) if recipe.class_names else None
+    if recipe.task == "classification":
+        classes = out_shape[-1]
+        kind = {"kind": "classification", "output": out_name, "op": "softmax over the last axis, then top-k", "top_k": min(TOP_K, classes)}
+    elif recipe.task == "segmentation":
+        classes = out_shape[1] if len(out_shape) == 4 else None
+        if classes is None:
+            raise RecipeError(f"task: segmentation, but output {out_name!r} has shape {list(out_shape)}; expected N x classes x H x W")
+        kind = {"kind": "segmentation", "output": out_name, "op": "argmax over axis 1 (classes) -> class-index mask"}
+    else:
+        return {"kind": "none", "output": out_name, "class_names": None}
+    if names is not None and len(names) != classes:
+        raise RecipeError(f"class_names has {len(names)} entries but output {out_name!r} has {classes} classes", hint="list one name per class, in index order")
+    return {**kind, "class_names": names}
+
+
+def stage_figures(records: dict[str, dict]) -> list[dict]:
+    out = []
+    for stage, rec in records.items():
+        out.append({"stage": stage, "status": rec.get("status"), "worst": rec.get("worst"), "metrics": rec.get("metrics", []), "counts": rec.get("counts", {})})
+    return out
+
+
+def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict, is_image: bool, size) -> str:
+    pre = manifest["preprocess"]
+    if is_image:
+        pre_text = (
+            f"Input `{recipe.inputs[0].name}`: one RGB image -> Pillow `resize(({size[1]}, {size[0]}), BILINEAR)` -> float32"
+            + (" -> channels reversed to BGR" if pre["color"] == "bgr" else "")
+            + f" -> `(pixel * {pre['scale']:.6g} - mean) / std` with mean {pre['mean']}, std {pre['std']} -> NCHW, batch 1."
+        )
+        aipp_note = ", AIPP does the normalisation"
+        aipp_howto = (
+            f"With `aipp.cfg` the OM model takes an NHWC uint8 RGB image of {size[1]}x{size[0]}: resize on the host "
+            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU."
+        )
+    else:
+        pre_text = "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with infer.py)."
+        aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed float32 NCHW tensors."
+    post = manifest["postprocess"]
+    post_text = {
+        "classification": f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the top-{post.get('top_k')} classes after softmax (.json).",
+        "segmentation": f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index PNG mask (argmax over classes) and the classes present (.json).",
+        "none": f"Output `{post['output']}`: written as .npy by infer.py.",
+    }[post["kind"]]
+    shape = recipe.inputs[0].shape
+    return Template((TEMPLATES / "README.md").read_text()).substitute(
+        name=recipe.name,
+        version=version,
+        board=target.board,
+        target=target.name,
+        soc=target.soc_version,
+        tool_version=__version__,
+        recipe_short=recipe.sha256()[:16],
+        input_desc=f"input `{recipe.inputs[0].name}` {'x'.join(map(str, shape))}" + (f" (+{len(recipe.inputs) - 1} more)" if len(recipe.inputs) > 1 else ""),
+        opset=recipe.export.opset,
+        aipp_note=aipp_note,
+        aipp_howto=aipp_howto,
+        precision=precision,
+        precision_modes=f"converter_lite precision_mode={targets.PRECISION[precision][0]}, atc --precision_mode={targets.PRECISION[precision][1]}",
+        pre_text=pre_text,
+        post_text=post_text,
+    )
+
+
+def build_bundle(
+    recipe: Recipe,
+    run_root: Path,
+    out_dir: Path,
+    target_name: str = "atlas-200i-dk-a2",
+    version: str | None = None,
+    precision: str = "fp16",
+    log: Callable[[str], None] = print,
+) -> Packaged:
+    """Package a run folder whose stages all passed (the caller runs the pipeline first)."""
+    from torch2ms.package.archive import write_archive
+
+    target = targets.get_target(target_name)
+    if precision not in targets.PRECISION:
+        raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(targets.PRECISION)}")
+    version = version or default_version(recipe)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", version):
+        raise Torch2msError(f"--version {version!r}: use letters, digits and . _ + - only (it becomes part of the file name)")
+    is_image, size = image_geometry(recipe)
+    if not recipe.mindir.enabled:
+        raise RecipeError("mindir.enabled is false in the recipe: a bundle needs the MindIR", hint="set mindir.enabled: true and run again")
+
+    records = {}
+    for stage in ("export", "rebuild", "fold", "compile", "mindir"):
+        rec_path = run_root / stage / "stage.json"
+        if not rec_path.is_file():
+            continue  # disabled stage
+        rec = json.loads(rec_path.read_text())
+        if rec.get("status") != "passed":
+            raise CheckFailed(f"stage {stage!r} in {run_root} did not pass ({'; '.join(rec.get('violations', [])) or rec.get('status')})", hint="a bundle is only made from a run whose every stage passed")
+        records[stage] = rec
+
+    mindir = run_root / "mindir" / "network.mindir"
+    onnx_path = run_root / "export" / "model.onnx"
+    ref_path = run_root / "export" / "reference.npz"
+    for p in (mindir, onnx_path, ref_path):
+        if not p.is_file():
+            raise CheckFailed(f"{p} is missing", hint="run `torch2ms convert` for this recipe first")
+    arrays = load_npz(ref_path)
+    ref_in, ref_out = split_reference(arrays)
+    out_names = list(ref_out[0])
+    outputs = [{"name": n, "shape": list(arrays[f"output.{n}"].shape[1:]), "dtype": str(arrays[f"output.{n}"].dtype)} for n in out_names]
+    inputs = [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "layout": "NCHW" if len(i.shape) == 4 else "ND"} for i in recipe.inputs]
+
+    pre = recipe.preprocess
+    preprocess = {
+        "image_input": is_image,
+        "size_hw": list(size) if size else None,
+        "resize": "Pillow Image.resize((W, H), Image.BILINEAR) after convert('RGB'); skipped when the image already has that size" if is_image else None,
+        "color": pre.color,
+        "scale": pre.scale,
+        "mean": list(pre.mean),
+        "std": list(pre.std),
+        "formula": "x = (pixel * scale - mean) / std per channel, channels in the model's order (reversed from RGB for 'bgr'), HWC -> NCHW",
+    }
+    tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
+    log("scanning the model for the target and measuring the fp16 error budget")
+    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
+
+    tdir = f"targets/{target.name}"
+    files: dict[str, Path | bytes] = {
+        "model/network.mindir": mindir,
+        "model/model.onnx": onnx_path,
+        "samples/reference.npz": ref_path,
+        "infer.py": (TEMPLATES / "infer.py").read_bytes(),
+        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(target, recipe.name, inputs, precision).encode(),
+        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision).encode(),
+        f"{tdir}/atc.sh": targets.atc_sh(target, recipe.name, inputs, precision, with_aipp=is_image).encode(),
+        "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
+        "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
+    }
+    if is_image:
+        files[f"{tdir}/aipp.cfg"] = targets.aipp_cfg(preprocess, *size).encode()
+    mindir_versions = records["mindir"].get("fingerprint_of", {}).get("versions", {})
+    manifest = {
+        "format": FORMAT,
+        "model": {"name": recipe.name, "version": version, "task": recipe.task},
+        "target": {"name": target.name, "board": target.board, "soc_version": target.soc_version, "precision": precision},
+        "inputs": inputs,
+        "outputs": outputs,
+        "preprocess": preprocess,
+        "postprocess": postprocess_spec(recipe, out_names[0], tuple(outputs[0]["shape"])),
+        "tolerance": tolerance,
+        "stages": stage_figures(records),
+        "versions": mindir_versions,
+        "recipe": recipe.model_dump(mode="json"),
+        "recipe_sha256": recipe.sha256(),
+        "warnings": report["warnings"],
+        "files": {},
+    }
+    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()
+    manifest["files"] = {name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())}
+    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+
+    dest = out_dir / f"{recipe.name}-{version}.tar.gz"
+    log(f"writing {dest}")
+    write_archive(dest, files)
+    sizes = {name: (src.stat().st_size if isinstance(src, Path) else len(src)) for name, src in sorted(files.items())}
+    return Packaged(dest, version, manifest, sizes, report["warnings"])
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

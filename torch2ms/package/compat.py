@@ -1,0 +1,226 @@
+"""Target-compatibility report: what would bite on an Ascend board, found before flashing it.
+
+* **Operators.** A small table of ONNX and MindSpore operators that are known to have no Ascend
+  AI Core kernel, to fall back to the slow AI CPU, or to need a check on the board (from the CANN
+  operator lists and ATC restrictions). It is a heuristic: the ATC / converter_lite log on the
+  board is authoritative. Every hit is listed with its count and the first node.
+* **Dynamic shapes.** Static OM compilation needs fixed dimensions; any symbolic dimension on a
+  graph input or output is reported.
+* **Host-only fused kernels.** Graph-kernel fusion (AKG) builds kernels for the exporting host's
+  CPU; they must not be in the MindIR. The mindir stage exports without graph-kernel fusion;
+  this checks it by scanning the MindIR's operator and function names for fusion markers.
+* **fp16 budget.** Ascend's converters default to fp16 (converter_lite ``enforce_fp16``, ATC
+  ``force_fp16``) and the 310-series cube units compute convolutions/matmuls from fp16 inputs
+  even in the fp32-preferring modes. Measured here, on the reference samples, by running the
+  ONNX in onnxruntime with weights, inputs and every intermediate float tensor rounded to fp16
+  (accumulation stays fp32, as in the cube unit). This approximates the board's numbers; it
+  does not model fp16 accumulation inside vector kernels (large reductions, softmax).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from torch2ms.compare import compare_arrays
+
+# op -> (level, why). level: "error" will not compile; "slow" runs on AI CPU; "check" verify on board.
+ONNX_OPS = {
+    "NonZero": ("error", "data-dependent output shape; static OM compilation needs fixed shapes"),
+    "Unique": ("error", "data-dependent output shape; static OM compilation needs fixed shapes"),
+    "Loop": ("error", "control flow is not supported by ATC for ONNX models"),
+    "If": ("error", "control flow is not supported by ATC for ONNX models"),
+    "Scan": ("error", "control flow is not supported by ATC for ONNX models"),
+    "NonMaxSuppression": ("slow", "AI CPU kernel; consider NMS on the host"),
+    "ScatterND": ("slow", "usually an AI CPU kernel"),
+    "GatherND": ("slow", "usually an AI CPU kernel"),
+    "ScatterElements": ("slow", "usually an AI CPU kernel"),
+    "GridSample": ("check", "support depends on the CANN version and the mode/padding attributes"),
+    "Einsum": ("check", "limited ATC support; rewrite as MatMul/Transpose if ATC rejects it"),
+}
+MINDIR_OPS = {
+    "MaxPool3DWithArgmax": (
+        "check",
+        "MindSpore lowers this MaxPool2d (padding/ceil_mode) to a 3-D pooling that also computes argmax "
+        "indices; check that converter_lite maps it to an Ascend kernel for your CANN version",
+    ),
+    "Custom": ("error", "custom kernels built on the host do not run on the board"),
+}
+FUSION_MARKERS = ("GraphKernel", "graph_kernel", "Fused_", "akg")
+RESIZE_MODES_OK = {"nearest", "linear"}
+
+
+def scan_onnx(path: Path) -> dict:
+    import onnx
+
+    m = onnx.load(str(path))
+    ops: Counter = Counter()
+    first: dict[str, str] = {}
+    findings = []
+    for n in m.graph.node:
+        ops[n.op_type] += 1
+        first.setdefault(n.op_type, n.name)
+        if n.op_type == "Resize":
+            mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
+            if mode not in RESIZE_MODES_OK:
+                findings.append({"where": "onnx", "op": "Resize", "level": "check", "count": 1, "first": n.name, "why": f"mode={mode!r}: only nearest/linear resizes are on every Ascend target"})
+    for op, (level, why) in ONNX_OPS.items():
+        if ops[op]:
+            findings.append({"where": "onnx", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why})
+    dynamic = []
+    for kind, vals in (("input", m.graph.input), ("output", m.graph.output)):
+        for v in vals:
+            dims = v.type.tensor_type.shape.dim
+            if any(d.dim_param or d.dim_value <= 0 for d in dims):
+                dynamic.append(f"{kind} {v.name!r}: {[d.dim_param or d.dim_value for d in dims]}")
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"opset": opset, "ops": dict(sorted(ops.items())), "findings": findings, "dynamic": dynamic}
+
+
+def _mindir_op(op_type: str) -> str:
+    # MindIR names primitives 'REF::Conv2D:32' (namespace::name:id)
+    name = op_type.split("::", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in name else name
+
+
+def scan_mindir(path: Path) -> dict:
+    from mindspore.train import mind_ir_pb2
+
+    m = mind_ir_pb2.ModelProto()
+    m.ParseFromString(Path(path).read_bytes())
+    ops: Counter = Counter()
+    first: dict[str, str] = {}
+    graphs = [m.graph, *m.functions]
+    for g in graphs:
+        for n in g.node:
+            op = _mindir_op(n.op_type)
+            ops[op] += 1
+            first.setdefault(op, n.name)
+    skip = {"Load", "MakeTuple", "TupleGetItem", "UpdateState", "Depend", "Constant", "Return"}
+    compute = {k: v for k, v in sorted(ops.items()) if k not in skip}
+    findings = [
+        {"where": "mindir", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why}
+        for op, (level, why) in MINDIR_OPS.items()
+        if ops[op]
+    ]
+    names = [g.name for g in m.functions] + list(ops)
+    fused = sorted({n for n in names if any(mark in n for mark in FUSION_MARKERS)})
+    return {"ops": compute, "findings": findings, "fused_kernels": fused}
+
+
+def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -> dict:
+    """Run the ONNX with weights, inputs and every float intermediate rounded to fp16."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.load(str(onnx_path))
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16).astype(np.float32), t.name))
+    inferred = onnx.shape_inference.infer_shapes(m)
+    float_values = {v.name for v in list(inferred.graph.value_info) + list(inferred.graph.output) if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+    nodes = []
+    for n in m.graph.node:
+        outs = list(n.output)
+        casts = []
+        for k, o in enumerate(outs):
+            if o in float_values:
+                raw = f"{o}__fp32"
+                n.output[k] = raw
+                casts += [
+                    helper.make_node("Cast", [raw], [f"{o}__fp16"], to=TensorProto.FLOAT16),
+                    helper.make_node("Cast", [f"{o}__fp16"], [o], to=TensorProto.FLOAT),
+                ]
+        nodes += [n, *casts]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
+    opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = list(reference[0])
+    metrics = {}
+    got = [dict(zip(names, sess.run(names, {k: v.astype(np.float16).astype(np.float32) for k, v in s.items()}))) for s in inputs]
+    for name in names:
+        a = np.stack([g[name] for g in got])
+        r = np.stack([s[name] for s in reference])
+        mt = compare_arrays(name, a.reshape(-1, *a.shape[2:]), r.reshape(-1, *r.shape[2:]))
+        metrics[name] = {
+            "rel_error": _sig(mt.rel_error),
+            "max_abs": _sig(mt.max_abs),
+            "cosine": _sig(mt.cosine, 6),
+            "argmax_agreement": None if mt.argmax_agreement is None else _sig(mt.argmax_agreement, 5),
+        }
+    return metrics
+
+
+def _sig(v: float, digits: int = 3):
+    """Round to a few significant digits so that the report is byte-stable across runs."""
+    if v is None or not np.isfinite(v):
+        return None if v is None else str(v)
+    return float(f"{v:.{digits}g}")
+
+
+def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict) -> dict:
+    onnx_scan = scan_onnx(onnx_path)
+    mindir_scan = scan_mindir(mindir_path)
+    fp16 = fp16_emulation(onnx_path, inputs, reference)
+    warnings = []
+    for f in onnx_scan["findings"] + mindir_scan["findings"]:
+        warnings.append(f"[{f['level']}] {f['where']} op {f['op']} x{f['count']} (first: {f['first']}): {f['why']}")
+    for d in onnx_scan["dynamic"]:
+        warnings.append(f"[error] dynamic shape on {d}: fix it at export time")
+    if mindir_scan["fused_kernels"]:
+        warnings.append(f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export without graph-kernel fusion")
+    worst = max((v["rel_error"] for v in fp16.values() if isinstance(v["rel_error"], float)), default=0.0)
+    if worst > tolerance["rel_error"]:
+        warnings.append(
+            f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g} "
+            f"(recipe tolerance {tolerance['rel_error']:g}): compare on the board with `infer.py --self-check --rtol {max(worst * 3, tolerance['rel_error']):.2g}`"
+        )
+    return {
+        "precision": precision,
+        "onnx": onnx_scan,
+        "mindir": mindir_scan,
+        "fp16_emulation": {
+            "method": "onnxruntime; weights, inputs and every float intermediate rounded to fp16, fp32 accumulation",
+            "metrics": fp16,
+        },
+        "warnings": warnings,
+    }
+
+
+def report_markdown(rep: dict, target, model: str) -> str:
+    lines = [f"# Target compatibility: {model} on {target.board} ({target.soc_version})", ""]
+    if rep["warnings"]:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in rep["warnings"]] + [""]
+    else:
+        lines += ["No warnings: every operator is outside the known-problem table, shapes are static, no fused host kernels.", ""]
+    lines += [
+        "## fp16 error budget",
+        "",
+        f"Conversion precision chosen: `{rep['precision']}`. The 310-series cube units take fp16 inputs in every mode,",
+        "so expect at least this error against PyTorch on the board (" + rep["fp16_emulation"]["method"] + "):",
+        "",
+        "| output | rel error | max abs | cosine | argmax agreement |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in rep["fp16_emulation"]["metrics"].items():
+        lines.append(f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | {m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |")
+    lines += [
+        "",
+        "## Checks",
+        "",
+        f"- Dynamic shapes: {'; '.join(rep['onnx']['dynamic']) or 'none (all dimensions fixed)'}",
+        f"- Host-only fused kernels in the MindIR: {', '.join(rep['mindir']['fused_kernels']) or 'none'}",
+        f"- ONNX opset {rep['onnx']['opset']}; operators: " + ", ".join(f"{k} x{v}" for k, v in rep["onnx"]["ops"].items()),
+        "- MindIR operators: " + ", ".join(f"{k} x{v}" for k, v in rep["mindir"]["ops"].items()),
+        "",
+        "The operator table is a heuristic (CANN operator lists, ATC restrictions); the ATC / converter_lite log on the board is authoritative.",
+        "",
+    ]
+    return "\n".join(lines)

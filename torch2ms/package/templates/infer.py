@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Run this bundle's model on an image or a .npy tensor, exactly as manifest.json describes.
+
+Needs numpy, Pillow (images) and either MindSpore Lite (``mindspore_lite``, used when importable:
+on the board) or MindSpore (``mindspore``: loads model/network.mindir with ``nn.GraphCell``).
+It does not need torch2ms or torch.
+
+    python3 infer.py IMAGE.jpg [--out prediction]     # writes prediction.npy + prediction.json (+ prediction.png)
+    python3 infer.py INPUT.npy                        # a float32 NCHW tensor, used as is
+    python3 infer.py --self-check                     # samples/reference.npz vs PyTorch's outputs
+
+Preprocessing (manifest "preprocess"): convert to RGB, resize to the input's HxW with Pillow's
+BILINEAR filter (antialiased when shrinking), float32, reverse the channels for a "bgr" model,
+``x = (pixel * scale - mean) / std`` per channel, HWC -> NCHW with a batch of 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def _cap_onednn_isa() -> None:
+    """Copy of torch2ms.runtime.configure_cpu: on AVX-512/AMX CPUs MindSpore's oneDNN kernels were
+    measured ~80x slower than capped at AVX2. oneDNN reads ONEDNN_MAX_CPU_ISA once, so it must be
+    set before mindspore is imported. A value the user set is left alone."""
+    if "ONEDNN_MAX_CPU_ISA" in os.environ:
+        return
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    except OSError:
+        return
+    if "avx2" in flags and any(f in flags for f in ("avx512f", "amx_tile", "amx_bf16")):
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+
+
+def load_manifest() -> dict:
+    return json.loads((HERE / "manifest.json").read_text())
+
+
+def preprocess(image_path: Path, manifest: dict) -> np.ndarray:
+    from PIL import Image
+
+    pre = manifest["preprocess"]
+    height, width = pre["size_hw"]
+    img = Image.open(image_path).convert("RGB")
+    if img.size != (width, height):
+        img = img.resize((width, height), Image.BILINEAR)
+    x = np.asarray(img, dtype=np.float32)
+    if pre["color"] == "bgr":
+        x = x[:, :, ::-1]
+    x = (x * np.float32(pre["scale"]) - np.asarray(pre["mean"], np.float32)) / np.asarray(pre["std"], np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+class Model:
+    """MindSpore Lite when importable, else MindSpore's GraphCell (CPU unless --device says)."""
+
+    def __init__(self, path: Path, device: str):
+        try:
+            import mindspore_lite as mslite
+        except ImportError:
+            mslite = None
+        if mslite is not None:
+            context = mslite.Context()
+            context.target = [device]
+            if device == "ascend":
+                context.ascend.device_id = int(os.environ.get("DEVICE_ID", "0"))
+            self.lite = mslite.Model()
+            self.lite.build_from_file(str(path), mslite.ModelType.MINDIR, context)
+            self.runtime = f"mindspore_lite ({device})"
+        else:
+            _cap_onednn_isa()
+            os.environ.setdefault("GLOG_v", "3")
+            import mindspore as ms
+
+            ms.set_context(mode=ms.GRAPH_MODE, device_target={"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}[device])
+            self.ms = ms
+            self.cell = ms.nn.GraphCell(ms.load(str(path)))
+            self.lite = None
+            self.runtime = f"mindspore {ms.__version__} GraphCell ({device})"
+
+    def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if self.lite is not None:
+            inputs = self.lite.get_inputs()
+            for t, a in zip(inputs, arrays):
+                t.set_data_from_numpy(np.ascontiguousarray(a))
+            return [o.get_data_to_numpy() for o in self.lite.predict(inputs)]
+        out = self.cell(*[self.ms.Tensor(a) for a in arrays])
+        return [o.asnumpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
+    a, r = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
+    scale = float(np.abs(r).max(initial=0.0))
+    max_abs = float(np.abs(a - r).max(initial=0.0))
+    na, nr = np.linalg.norm(a), np.linalg.norm(r)
+    cosine = 1.0 if na == nr == 0 else float(a @ r / (na * nr)) if na and nr else 0.0
+    out = {"max_abs": max_abs, "rel_error": max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf")), "cosine": cosine}
+    if expected.ndim >= 2 and expected.shape[1] > 1:
+        out["argmax_agreement"] = float((actual.argmax(axis=1) == expected.argmax(axis=1)).mean())
+    return out
+
+
+def self_check(model: Model, manifest: dict, rtol: float | None) -> bool:
+    with np.load(HERE / "samples" / "reference.npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    names = [i["name"] for i in manifest["inputs"]]
+    outs = [o["name"] for o in manifest["outputs"]]
+    tol = dict(manifest["tolerance"])
+    if rtol is not None:
+        tol["rel_error"] = rtol
+    n = len(arrays[f"input.{names[0]}"])
+    got = [model([arrays[f"input.{k}"][s] for k in names]) for s in range(n)]
+    ok = True
+    for j, name in enumerate(outs):
+        a, r = np.stack([g[j] for g in got]), arrays[f"output.{name}"]
+        m = compare(a.reshape(-1, *a.shape[2:]), r.reshape(-1, *r.shape[2:]))  # samples x batch -> rows
+        good = m["rel_error"] <= tol["rel_error"] and m["cosine"] >= tol["cosine"]
+        ok &= good
+        extra = f", argmax agreement {m['argmax_agreement']:.6f}" if "argmax_agreement" in m else ""
+        print(f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]")
+    return ok
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
+    post = manifest["postprocess"]
+    names = post.get("class_names")
+    logits = outputs[0]
+    np.save(f"{stem}.npy", logits)
+    result = {"model": manifest["model"]["name"], "version": manifest["model"]["version"], "output": manifest["outputs"][0]["name"], "npy": f"{stem}.npy"}
+    if post["kind"] == "classification":
+        probs = softmax(logits.reshape(-1).astype(np.float64))
+        top = np.argsort(-probs, kind="stable")[: post["top_k"]]
+        result["top_k"] = [{"index": int(i), "name": names[i] if names else None, "probability": round(float(probs[i]), 6)} for i in top]
+    elif post["kind"] == "segmentation":
+        from PIL import Image
+
+        mask = logits[0].argmax(axis=0)
+        dtype = np.uint8 if logits.shape[1] <= 256 else np.uint16
+        Image.fromarray(mask.astype(dtype)).save(f"{stem}.png")
+        counts = np.bincount(mask.ravel(), minlength=logits.shape[1])
+        result["mask_png"] = f"{stem}.png"
+        result["classes_present"] = [{"index": int(i), "name": names[i] if names else None, "pixels": int(c)} for i, c in enumerate(counts) if c]
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("input", nargs="?", help="an image file (jpg/png/...) or a .npy float32 NCHW tensor")
+    p.add_argument("--out", default="prediction", help="output path stem (default: prediction)")
+    p.add_argument("--model", default="model/network.mindir", help="MindIR to run, relative to the bundle (default: model/network.mindir)")
+    p.add_argument("--device", default=None, choices=["cpu", "ascend", "gpu"], help="default: ascend with MindSpore Lite, else cpu")
+    p.add_argument("--self-check", action="store_true", help="run samples/reference.npz and compare with PyTorch's outputs")
+    p.add_argument("--rtol", type=float, default=None, help="relative error allowed by --self-check (default: the manifest's; fp16 boards need more, see compatibility.md)")
+    args = p.parse_args(argv)
+    if not args.self_check and not args.input:
+        p.error("give an INPUT file or --self-check")
+    manifest = load_manifest()
+    model_path = (HERE / args.model) if not Path(args.model).is_absolute() else Path(args.model)
+    if not model_path.is_file():
+        print(f"error: {model_path} not found; run a targets/*/converter_lite.sh first or pass --model", file=sys.stderr)
+        return 2
+    device = args.device
+    if device is None:
+        try:
+            import mindspore_lite  # noqa: F401
+
+            device = "ascend"
+        except ImportError:
+            device = "cpu"
+    model = Model(model_path, device)
+    print(f"{manifest['model']['name']} {manifest['model']['version']}: {model_path.name} on {model.runtime}", file=sys.stderr)
+    if args.self_check:
+        return 0 if self_check(model, manifest, args.rtol) else 1
+    src = Path(args.input)
+    if not src.is_file():
+        print(f"error: {src}: no such file", file=sys.stderr)
+        return 2
+    if src.suffix == ".npy":
+        x = np.load(src, allow_pickle=False).astype(np.float32)
+        want = tuple(manifest["inputs"][0]["shape"])
+        if x.shape != want:
+            print(f"error: {src} has shape {list(x.shape)}, the model takes {list(want)}", file=sys.stderr)
+            return 2
+    else:
+        if not manifest["preprocess"].get("image_input"):
+            print("error: this model's input is not a 3-channel image; pass a .npy tensor", file=sys.stderr)
+            return 2
+        x = preprocess(src, manifest)
+    result = postprocess(model([x]), manifest, Path(args.out))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

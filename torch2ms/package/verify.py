@@ -1,0 +1,93 @@
+"""``torch2ms verify``: is this bundle intact, and does its MindIR still match PyTorch here?
+
+1. unpack safely into a temporary folder (``archive.safe_extract`` rejects absolute paths,
+   ``..``, links, special files and duplicates before writing anything);
+2. compare every file with ``manifest.json``: wrong hash, missing, or not listed (extra) files
+   are all reported at once;
+3. load ``model/network.mindir`` with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
+   and compare with PyTorch's outputs within the manifest's tolerance.
+
+The hashes detect corruption and edits of the payload; they are not a signature (whoever can
+rewrite the archive can rewrite the manifest): pin the archive's own sha256 for that.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs
+from torch2ms.errors import CheckFailed
+from torch2ms.package.archive import BundleTampered, BundleUnreadable, safe_extract
+from torch2ms.package.build import FORMAT
+
+
+@dataclass
+class Verified:
+    manifest: dict
+    files: int
+    metrics: list[OutputMetrics] = field(default_factory=list)
+    samples: int = 0
+
+
+def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
+    listed = manifest.get("files")
+    if not isinstance(listed, dict) or not listed:
+        raise BundleUnreadable("manifest.json has no 'files' table", hint="not a torch2ms bundle, or a damaged one")
+    problems = []
+    for name in sorted(listed):
+        if name not in hashes:
+            problems.append(f"{name}: missing (listed in manifest.json)")
+        elif hashes[name] != listed[name]:
+            problems.append(f"{name}: sha256 {hashes[name][:16]}... differs from the manifest's {listed[name][:16]}... (file changed)")
+    for name in sorted(set(hashes) - set(listed) - {"manifest.json"}):
+        problems.append(f"{name}: extra file, not listed in manifest.json")
+    return problems
+
+
+def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified:
+    with tempfile.TemporaryDirectory(prefix="torch2ms-verify-") as tmp:
+        root = Path(tmp)
+        hashes = safe_extract(archive, root)
+        if "manifest.json" not in hashes:
+            raise BundleUnreadable(f"{archive}: no manifest.json", hint="not a torch2ms bundle; make one with `torch2ms package`")
+        try:
+            manifest = json.loads((root / "manifest.json").read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise BundleUnreadable(f"{archive}: manifest.json is not valid JSON ({err})") from None
+        if manifest.get("format") != FORMAT:
+            raise BundleUnreadable(f"{archive}: manifest format {manifest.get('format')!r}, this torch2ms reads {FORMAT!r}")
+        problems = check_files(hashes, manifest)
+        if problems:
+            raise BundleTampered(
+                f"{archive}: {len(problems)} entr{'y does' if len(problems) == 1 else 'ies do'} not match manifest.json:\n  " + "\n  ".join(problems),
+                hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
+            )
+        log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
+        metrics, n = _run_mindir(root, manifest)
+    tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
+    bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
+    if bad:
+        raise CheckFailed(f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}", hint="package again from a passing run")
+    return Verified(manifest, len(hashes) - 1, metrics, n)
+
+
+def _run_mindir(root: Path, manifest: dict):
+    from torch2ms import msutil
+    from torch2ms.pipeline.context import split_reference
+    from torch2ms.pipeline.workspace import load_npz
+
+    ms = msutil.mindspore()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cell = ms.nn.GraphCell(ms.load(str(root / "model" / "network.mindir")))
+        inputs, reference = split_reference(load_npz(root / "samples" / "reference.npz"))
+        order = [i["name"] for i in manifest["inputs"]]
+        inputs = [{k: s[k] for k in order} for s in inputs]
+        outputs = msutil.run_cell(cell, inputs, [o["name"] for o in manifest["outputs"]])
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    return compare_outputs(outputs, reference), len(inputs)
