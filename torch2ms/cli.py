@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 
 import typer
 
@@ -23,10 +25,24 @@ def _load_commands() -> None:
         importlib.import_module(f"torch2ms.commands.{mod}")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> None:
     _load_commands()
+    if threading.current_thread() is threading.main_thread():
+        # MindSpore replaces Python's SIGINT handler on every cell call with one that sends the
+        # process SIGTERM: Ctrl-C during a MindSpore stage killed torch2ms with no message, its
+        # partial folder and lock left behind. SIGTERM becomes KeyboardInterrupt here, so both
+        # end like Ctrl-C elsewhere: partial discarded, lock released, exit 130.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False makes click *return* the code of typer.Exit(code) instead of
+        # exiting with it: pass it on, or `raise typer.Exit(130)` would end with status 0.
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
     except Torch2msError as err:
         console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
         if state["debug"]:

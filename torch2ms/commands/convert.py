@@ -44,7 +44,8 @@ def convert(
             result = runner.run(from_stage=from_stage, force=force)
     except KeyboardInterrupt:
         stage = current.get("stage", "start")
-        console.print(f"[red]interrupted during stage {stage!r}[/red]; completed stages are kept. Resume with the same command: torch2ms convert --recipe {recipe}")
+        again = f"torch2ms convert --recipe {recipe}" + (f" --out {out}" if out else "")
+        console.print(f"[red]interrupted during stage {stage!r}[/red]; completed stages are kept. Resume with: {again}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     write_reports(result)
     print_table(result, out_console)
