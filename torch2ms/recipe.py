@@ -8,10 +8,11 @@ stage. Unknown keys and wrong types are errors naming the field path, e.g.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -130,7 +131,10 @@ class Recipe(_Strict):
         if stage == "export":
             model = self.model.model_dump(mode="json")
             if self.model.checkpoint:
-                model["checkpoint_sha256"] = file_sha256(self.resolve(self.model.checkpoint))
+                path = self.resolve(self.model.checkpoint)
+                if not path.is_file():
+                    raise RecipeError(f"model.checkpoint: {path}: file not found", hint="check the path (a relative path starts at the recipe's folder)")
+                model["checkpoint_sha256"] = file_sha256(path)
             return {**common, "model": model, "export": self.export.model_dump(mode="json")}
         return {**common, stage: getattr(self, stage).model_dump(mode="json")}
 
@@ -149,15 +153,39 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _fields_at(loc: tuple) -> list[str]:
+    """The keys allowed in the mapping that holds ``loc``'s last key (``compile.x`` -> CompileSpec's)."""
+    model: type[BaseModel] = Recipe
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        candidates = [field.annotation, *get_args(field.annotation)]
+        nested = [t for t in candidates if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return [k for k in model.model_fields if k != "base_dir"]
+
+
 def _format_validation(source: str, err: ValidationError) -> str:
-    lines = [f"{source}: invalid recipe ({err.error_count()} problem{'s' if err.error_count() > 1 else ''}):"]
-    for e in err.errors():
+    errors = err.errors()
+    # pydantic also says "inputs: should have at least 1 item" when an item failed: noise
+    errors = [e for e in errors if not (e["type"] == "too_short" and any(len(o["loc"]) > len(e["loc"]) and o["loc"][: len(e["loc"])] == e["loc"] for o in errors))]
+    lines = [f"{source}: invalid recipe ({len(errors)} problem{'s' if len(errors) > 1 else ''}):"]
+    for e in errors:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; `torch2ms recipe-schema` lists the fields)"
+            allowed = _fields_at(e["loc"])
+            close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
+            msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "") + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif "input" in e and not isinstance(e["input"], (dict, list)):
+            msg = f"{msg} (got {e['input']!r})"
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
 
