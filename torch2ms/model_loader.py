@@ -67,8 +67,12 @@ def load_checkpoint(model, path: Path) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        # torch's first line suggests weights_only=False; the line naming the refused global
+        # (e.g. "Unsupported global: GLOBAL posix.system") is the one that says what is wrong.
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if "GLOBAL" in ln or "global" in ln.split()[:3]), lines[0] if lines else "")
         raise ModelError(
-            f"model.checkpoint: {path} was refused by torch.load(weights_only=True): {str(err).splitlines()[0]}",
+            f"model.checkpoint: {path} was refused by torch.load(weights_only=True): {reason}",
             hint="it holds more than tensors (possibly code that would run on load); save only model.state_dict()",
         ) from None
     except Exception as err:
