@@ -166,7 +166,11 @@ class Runner:
         violations: list[str] = []
         if produced.outputs is not None:
             _, ref_out = self.ctx.reference()
-            metrics = compare_outputs(produced.outputs, ref_out)
+            try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
+                metrics = compare_outputs(produced.outputs, ref_out)
+            except (ValueError, KeyError) as err:
+                self.run_dir.discard_partial(stage.name)
+                raise StageFailed(f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}") from err
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine, self.recipe.check.argmax_agreement)
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
@@ -193,6 +197,11 @@ class Runner:
 
 def raise_for(result: RunResult) -> None:
     failed = result.failed_stage
+    if failed is not None and "reference output has" in failed.reason:
+        raise CheckFailed(
+            f"stage {failed.stage!r} failed: PyTorch's own output is not finite on the sample inputs ({failed.reason}); no conversion can be checked against it",
+            hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data) so that PyTorch gives finite outputs",
+        )
     if failed is not None:
         raise CheckFailed(
             f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}",
