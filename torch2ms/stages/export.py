@@ -73,8 +73,18 @@ class ExportStage(Stage):
         if model is None:
             model = ctx.cache["torch_model"] = build_model(recipe)
         samples = sample_inputs(recipe)
-        with torch.no_grad():
-            torch_out = [flatten_outputs(model(*[torch.from_numpy(v) for v in s.values()])) for s in samples]
+        try:
+            with torch.no_grad():
+                raw_out = [model(*[torch.from_numpy(v) for v in s.values()]) for s in samples]
+        except Exception as err:
+            shapes = ", ".join(f"{i.name} {list(i.shape)}" for i in recipe.inputs)
+            raise ModelError(
+                f"{recipe.model.factory}: the model raised on the recipe's inputs ({shapes}): {type(err).__name__}: {err}",
+                hint="check inputs[].shape against what the model expects",
+            ) from None
+        torch_out = [flatten_outputs(o) for o in raw_out]
+        if not torch_out[0]:
+            raise ModelError(f"{recipe.model.factory}: the model returned no tensors ({type(raw_out[0]).__name__})")
         names = list(torch_out[0])
         outputs = [{k: v.detach().numpy().copy() for k, v in o.items()} for o in torch_out]
 
@@ -91,8 +101,8 @@ class ExportStage(Stage):
         example = tuple(torch.from_numpy(v) for v in samples[0].values())
         log = io.StringIO()
         try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(log):
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(log):
+                warnings.simplefilter("always", torch.jit.TracerWarning)
                 torch.onnx.export(
                     wrapped,
                     example,
@@ -107,6 +117,11 @@ class ExportStage(Stage):
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ModelError(f"torch.onnx.export failed for {recipe.model.factory}: {type(err).__name__}: {first}", hint="the exporter's reason is above; a model must be traceable with fixed input shapes") from None
+        # A TracerWarning means the trace may only hold for these inputs (a Python branch on a
+        # tensor value, a tensor turned into a number): say so, the check may pass by luck.
+        tracer = sorted({f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}" for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
+        for t in tracer:
+            ctx.log(f"export: the trace may not generalize to other inputs: {t}")
         _strip_wrapper_names(onnx_path)
         import onnx
 
@@ -118,7 +133,8 @@ class ExportStage(Stage):
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        return StageOutput(ort_out, counts={"onnx_nodes": len(model_proto.graph.node), "batchnorm_nodes": ops.get("BatchNormalization", 0), "onnx_ops": dict(sorted(ops.items()))})
+        counts = {"onnx_nodes": len(model_proto.graph.node), "batchnorm_nodes": ops.get("BatchNormalization", 0), "onnx_ops": dict(sorted(ops.items()))}
+        return StageOutput(ort_out, counts=counts, extra={"tracer_warnings": tracer} if tracer else {})
 
 
 def _strip_wrapper_names(path: Path) -> None:
