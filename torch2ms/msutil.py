@@ -3,6 +3,7 @@ network, run it on the reference inputs, time it."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import statistics
@@ -25,7 +26,10 @@ def mindspore():
 
 
 def load_network_module(path: Path, tag: str):
-    name = f"torch2ms_generated_{tag}_{abs(hash(str(path.resolve()))):x}"
+    # Named after the code, not hash(path): hash() of a str changes with every process
+    # (PYTHONHASHSEED) and the path with every --out, and MindSpore writes this module name
+    # into every node name of the exported MindIR.
+    name = f"torch2ms_generated_{tag}_{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # MindSpore's graph parser needs the module importable
