@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as err:
         import click
 
-        if isinstance(err, click.exceptions.ClickException):
+        # typer >= 0.2x vendors click (typer._click): its usage errors are not click's classes
+        if isinstance(err, (click.exceptions.ClickException, typer.TyperException)) and hasattr(err, "show"):
             err.show()
             sys.exit(EXIT_USAGE)
-        if isinstance(err, click.exceptions.Abort):
+        if isinstance(err, (click.exceptions.Abort, typer.Abort)):
             sys.exit(EXIT_INTERRUPTED)
         raise
 
