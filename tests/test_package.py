@@ -41,7 +41,7 @@ def _package(recipe_path: Path, out: Path) -> Path:
     recipe = load_recipe(recipe_path)
     result = Runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
-    return build_bundle(recipe, result.root, out, log=lambda m: None).path
+    return build_bundle(result, out, log=lambda m: None).path
 
 
 @pytest.fixture(scope="module")

@@ -34,12 +34,7 @@ def package(
     runner = Runner(r, runs, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), on_stage=lambda s, st: console.print(f"  {s:<8} {st}") if st != "running" else None)
     result = runner.run()
     raise_for(result)
-    not_ok = [s.stage for s in result.stages if s.status not in ("passed", "up to date")]
-    if "mindir" in not_ok:
-        from torch2ms.errors import CheckFailed
-
-        raise CheckFailed(f"stage 'mindir' is {next(s.status for s in result.stages if s.stage == 'mindir')}: no MindIR to package")
-    done = build_bundle(r, result.root, out, target, version, precision, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+    done = build_bundle(result, out, target, version, precision, log=lambda m: console.print(f"[dim]{m}[/dim]"))
     for name, size in done.sizes.items():
         out_console.print(f"  {size:>12,}  {name}", highlight=False)
     for w in done.warnings:

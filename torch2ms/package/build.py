@@ -22,6 +22,7 @@ from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import compat, targets
 from torch2ms.pipeline.context import split_reference
 from torch2ms.pipeline.workspace import load_npz, sha256_file
+from torch2ms.pipeline.runner import RunResult
 from torch2ms.recipe import Recipe
 
 FORMAT = "torch2ms-bundle/1"
@@ -123,17 +124,17 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
 
 
 def build_bundle(
-    recipe: Recipe,
-    run_root: Path,
+    result: RunResult,
     out_dir: Path,
     target_name: str = "atlas-200i-dk-a2",
     version: str | None = None,
     precision: str = "fp16",
     log: Callable[[str], None] = print,
 ) -> Packaged:
-    """Package a run folder whose stages all passed (the caller runs the pipeline first)."""
+    """Package the run ``Runner(recipe).run()`` returned; every enabled stage must have passed."""
     from torch2ms.package.archive import write_archive
 
+    recipe, run_root = result.recipe, result.root
     target = targets.get_target(target_name)
     if precision not in targets.PRECISION:
         raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(targets.PRECISION)}")
@@ -145,14 +146,12 @@ def build_bundle(
         raise RecipeError("mindir.enabled is false in the recipe: a bundle needs the MindIR", hint="set mindir.enabled: true and run again")
 
     records = {}
-    for stage in ("export", "rebuild", "fold", "compile", "mindir"):
-        rec_path = run_root / stage / "stage.json"
-        if not rec_path.is_file():
-            continue  # disabled stage
-        rec = json.loads(rec_path.read_text())
-        if rec.get("status") != "passed":
-            raise CheckFailed(f"stage {stage!r} in {run_root} did not pass ({'; '.join(rec.get('violations', [])) or rec.get('status')})", hint="a bundle is only made from a run whose every stage passed")
-        records[stage] = rec
+    for s in result.stages:
+        if s.status == "disabled":
+            continue
+        if not s.ok or not s.record or s.record.get("status") != "passed":
+            raise CheckFailed(f"stage {s.stage!r} in {run_root} is {s.status}{': ' + s.reason if s.reason else ''}", hint="a bundle is only made from a run whose every enabled stage passed")
+        records[s.stage] = s.record
 
     mindir = run_root / "mindir" / "network.mindir"
     onnx_path = run_root / "export" / "model.onnx"
