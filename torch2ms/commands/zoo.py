@@ -10,7 +10,7 @@ import typer
 from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, Torch2msError
 
-MARK = {"passed": "[green]passed [/green]", "failed": "[red]failed [/red]", "timeout": "[red]timeout[/red]", "crashed": "[red]crashed[/red]"}
+MARK = {"passed": "[green]passed [/green]", "failed": "[red]failed [/red]", "timeout": "[red]timeout[/red]", "crashed": "[red]crashed[/red]", "oom": "[red]oom    [/red]"}
 
 
 def _progress(state, total: int):
@@ -34,7 +34,8 @@ def zoo(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="models converted at once (default: 1 locally; with Ray, the cluster's CPUs)"),
     only: Optional[str] = typer.Option(None, "--only", help="comma-separated model names to run, e.g. resnet50,fcn_resnet50"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: runs/zoo/<zoo file name>)"),
-    timeout: float = typer.Option(1800, "--timeout", min=1, help="seconds per model before its worker is killed"),
+    timeout: float = typer.Option(1800, "--timeout", min=1, help="seconds per model before its worker is killed (a model's own `timeout:` wins)"),
+    max_memory: Optional[float] = typer.Option(None, "--max-memory", min=1, help="MB of RSS per worker before it is killed as out of memory (a model's own `max_memory_mb:` wins)"),
     executor: str = typer.Option("local", "--executor", help="local (worker processes here) or ray (one Ray task per model)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"),
     cpu_isa: Optional[str] = CpuIsa,
@@ -53,7 +54,7 @@ def zoo(
     models = select(load_zoo(zoo_file), only, str(zoo_file))
     setup_cpu(cpu_isa)  # the workers inherit it; the driver itself never imports MindSpore
     out_root = out or Path("runs") / "zoo" / zoo_file.stem
-    opts = ZooOptions(out_root=out_root, jobs=jobs, timeout=timeout, executor=executor, address=address, cpu_isa=cpu_isa)
+    opts = ZooOptions(out_root=out_root, jobs=jobs, timeout=timeout, max_memory_mb=max_memory, executor=executor, address=address, cpu_isa=cpu_isa)
     console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
     live = {}
 
@@ -82,12 +83,12 @@ def zoo(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-STAGE_MARK = {"passed": "✓", "up to date": "=", "disabled": "-", "not run": "·", "failed": "✗", "timeout": "T", "crashed": "!"}
+STAGE_MARK = {"passed": "✓", "up to date": "=", "disabled": "-", "not run": "·", "failed": "✗", "timeout": "T", "oom": "M", "crashed": "!"}
 
 
 def _print_table(data: dict) -> None:
     """The summary on the terminal: stages as one column of marks (✓ passed, = up to date,
-    ✗ failed, T timeout, ! crashed, · not run); the files have the full table."""
+    ✗ failed, T timeout, M out of memory, ! crashed, · not run); the files have the full table."""
     from rich.table import Table
 
     from torch2ms.recipe import STAGES
@@ -96,7 +97,7 @@ def _print_table(data: dict) -> None:
     table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
     for c in ("model", "status", "stages", "rel err", "cosine", "ONNX", "C2dBnAct", "BN fold", "conv s", "ms", "RSS MB", "reason"):
         table.add_column(c, overflow="fold", no_wrap=c not in ("reason",))
-    style = {"passed": "green", "failed": "red", "timeout": "red", "crashed": "red"}
+    style = {"passed": "green", "failed": "red", "timeout": "red", "oom": "red", "crashed": "red"}
     for r in data["models"]:
         c = cells(r)
         marks = "".join(STAGE_MARK.get(r["stages"].get(s, "not run"), "?") for s in STAGES)

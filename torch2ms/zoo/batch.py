@@ -22,6 +22,7 @@ class ZooOptions:
     out_root: Path
     jobs: int | None = None  # None: 1 locally, the cluster's CPUs with Ray
     timeout: float = 1800.0
+    max_memory_mb: float | None = None  # None: no limit of ours (the kernel's OOM killer still applies)
     executor: str = "local"  # local | ray
     address: str | None = None
     cpu_isa: str | None = None
@@ -67,7 +68,8 @@ def make_jobs(models: list[ZooModel], opts: ZooOptions, batch: str) -> list[dict
             "source": m.source,
             "base_dir": str(Path(m.recipe.base_dir).resolve()),
             "out_root": str(opts.out_root.resolve()),
-            "timeout": opts.timeout,
+            "timeout": m.timeout or opts.timeout,
+            "max_memory_mb": m.max_memory_mb or opts.max_memory_mb,
             "cpu_isa": opts.cpu_isa,
             "cwd": os.getcwd(),
             "pythonpath": pythonpath,
@@ -98,7 +100,7 @@ def run_batch(models: list[ZooModel], opts: ZooOptions, zoo_source: str, on_row:
         parallel = opts.jobs or 1
         run_local(jobs, parallel, done)
     rows = [state.rows[m.name] for m in models]
-    meta = {"zoo": zoo_source, "executor": opts.executor, "jobs": parallel, "timeout": opts.timeout, "seconds": round(time.perf_counter() - t0, 1), "out": str(opts.out_root)}
+    meta = {"zoo": zoo_source, "executor": opts.executor, "jobs": parallel, "timeout": opts.timeout, "max_memory_mb": opts.max_memory_mb, "seconds": round(time.perf_counter() - t0, 1), "out": str(opts.out_root)}
     data = build(rows, meta)
     data["paths"] = {k: str(v) for k, v in write_summaries(opts.out_root, data).items()}
     return data

@@ -8,6 +8,8 @@ kept, so a worker the kernel's out-of-memory killer took still has a figure. Out
 * ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
   tolerance, and the reason is the stage's own error;
 * ``timeout``: killed after the per-model timeout, naming the stage that was running;
+* ``oom``: killed by us when its RSS went over ``max_memory_mb``, or by the kernel's
+  out-of-memory killer when the kernel log says so;
 * ``crashed``: the worker exited or was killed without finishing (segfault, ``os._exit``,
   out-of-memory kill), naming the stage, the exit code or signal and the log's last line.
 
@@ -101,7 +103,8 @@ def run_one(job: dict) -> dict:
     env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
     t0 = time.monotonic()
     peak_sampled = 0.0
-    timed_out = False
+    timed_out = over_memory = False
+    limit = job.get("max_memory_mb")
     with open(run_dir / LOG, "wb") as log:
         p = subprocess.Popen(
             [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
@@ -117,7 +120,12 @@ def run_one(job: dict) -> dict:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                peak_sampled = max(peak_sampled, _tree_rss_mb(p.pid))
+                rss = _tree_rss_mb(p.pid)
+                peak_sampled = max(peak_sampled, rss)
+                if limit and rss > limit:
+                    over_memory = True
+                    _kill_group(p, grace=0)
+                    break
                 if time.monotonic() - t0 > job["timeout"]:
                     timed_out = True
                     _kill_group(p, GRACE_S)
@@ -131,7 +139,7 @@ def run_one(job: dict) -> dict:
     status = read_json(run_dir / STATUS) or {}
     if status.get("batch") != job["batch"]:
         status = {}
-    row = build_row(job, run_dir, status, p.returncode, timed_out, wall, peak_sampled, previous)
+    row = build_row(job, run_dir, status, p.returncode, timed_out, over_memory, wall, peak_sampled, previous)
     write_json(run_dir / RESULT, row)
     return row
 
@@ -146,7 +154,18 @@ def _stage_records(run_dir: Path, stages: dict) -> dict[str, dict]:
     return out
 
 
-def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, timed_out: bool, wall: float, peak_sampled: float, previous: dict | None) -> dict:
+def _kernel_oom_killed(pid: int | None) -> bool:
+    """Whether the kernel log names ``pid`` as killed for want of memory (when it can be read)."""
+    if not pid:
+        return False
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return f"Killed process {pid} " in log
+
+
+def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, timed_out: bool, over_memory: bool, wall: float, peak_sampled: float, previous: dict | None) -> dict:
     stages = dict.fromkeys(STAGES, "not run")
     stages.update(status.get("stages") or {})
     current = status.get("stage")
@@ -157,7 +176,17 @@ def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, ti
         model_status = "timeout"
         if current and stages.get(current) == "running":
             stages[current] = "timeout"
-        reason = f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout)"
+        reason = f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the model's `timeout:`)"
+    elif over_memory:
+        model_status = "oom"
+        if current and stages.get(current) == "running":
+            stages[current] = "oom"
+        reason = f"killed at {peak:.0f} MB RSS, over the limit of {job['max_memory_mb']:g} MB{where} (raise it with --max-memory or max_memory_mb)"
+    elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
+        model_status = "oom"
+        if current and stages.get(current) == "running":
+            stages[current] = "oom"
+        reason = f"killed by the kernel's out-of-memory killer at {peak:.0f} MB RSS{where} (kernel log); run fewer --jobs or set --max-memory"
     elif finished and returncode == 0:
         model_status = status.get("status") or "failed"
         reason = status.get("reason", "")

@@ -7,6 +7,7 @@ models:
   - {name: resnet18, model: {factory: "torchvision.models:resnet18", kwargs: {weights: null}},
      inputs: [{shape: [1, 3, 224, 224]}]}
   - {recipe: ../resnet50.yaml, check: {samples: 2}}   # a recipe file (relative to this file) + overrides
+  - {name: vit_b_16, timeout: 3600, max_memory_mb: 12000, ...}   # own limits (also in defaults), over the options
 ```
 
 Merge order, later wins: ``defaults`` < the recipe file (if any) < the entry's own keys. Mappings
@@ -42,6 +43,25 @@ class ZooModel:
     recipe: Recipe
     data: dict  # the merged recipe as plain data (what the worker validates again)
     source: str  # where it came from, for messages: "zoo.yaml: models[3]"
+    timeout: float | None = None  # the entry's own limits; None: the command's --timeout / --max-memory
+    max_memory_mb: float | None = None
+
+
+LIMITS = {"timeout": "seconds", "max_memory_mb": "MB"}
+
+
+def _pop_limits(data: dict, where: str, problems: list[str]) -> dict:
+    """Take the zoo's own keys (limits of the worker, not recipe fields) out of ``data``."""
+    out = {}
+    for key, unit in LIMITS.items():
+        v = data.pop(key, None)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            problems.append(f"  {where}.{key}: expected a positive number of {unit}, got {v!r}")
+        else:
+            out[key] = float(v)
+    return out
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -95,6 +115,8 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
 
     problems: list[str] = []
     models: list[ZooModel] = []
+    defaults = dict(zoo.defaults)
+    default_limits = _pop_limits(defaults, "defaults", problems)
     seen: dict[str, int] = {}
     for i, entry in enumerate(zoo.models):
         where = f"models[{i}]"
@@ -102,6 +124,10 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
         entry_base = base_dir
         entry = dict(entry)
         ref = entry.pop("recipe", None)
+        n_problems = len(problems)
+        limits = {**default_limits, **_pop_limits(entry, where, problems)}
+        if len(problems) > n_problems:
+            continue
         if ref is not None:
             if not isinstance(ref, str):
                 problems.append(f"  {where}.recipe: expected a path to a recipe YAML, got {type(ref).__name__}")
@@ -119,7 +145,7 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                 problems.append(f"  {where}.recipe: {rpath}: a recipe must be a YAML mapping")
                 continue
             entry_base = rpath.parent
-        merged = deep_merge(deep_merge(zoo.defaults, file_data), entry)
+        merged = deep_merge(deep_merge(defaults, file_data), entry)
         label = f"{where} ({merged.get('name', 'unnamed')})"
         try:
             recipe = Recipe.model_validate({**merged, "base_dir": str(entry_base)})
@@ -131,7 +157,7 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                     problems.append(f"  {label}.{dotted}: {_message(e)}")
                 elif ref is not None and _has_path(file_data, loc):
                     problems.append(f"  {label}: {ref}: {dotted}: {_message(e)}")
-                elif _has_path(zoo.defaults, loc):
+                elif _has_path(defaults, loc):
                     msg = f"  defaults.{dotted}: {_message(e)}"
                     if msg not in problems:
                         problems.append(msg)
@@ -144,7 +170,7 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
         seen[recipe.name] = i
         # Validate exactly as the worker will, so a model never fails late on its recipe.
         parse_recipe(merged, f"{source}: {label}", entry_base)
-        models.append(ZooModel(recipe.name, recipe, merged, f"{source}: {label}"))
+        models.append(ZooModel(recipe.name, recipe, merged, f"{source}: {label}", **limits))
     if problems:
         n = len(problems)
         raise RecipeError(f"{source}: invalid zoo file ({n} problem{'s' if n > 1 else ''}):\n" + "\n".join(problems))

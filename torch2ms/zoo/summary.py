@@ -15,7 +15,7 @@ from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.recipe import STAGES
 
 COLUMNS = ("model", "status", *STAGES, "max rel err", "min cosine", "ONNX nodes", "Conv2dBnAct", "BN folded", "convert s", "latency ms", "peak RSS MB", "reason")
-STATUS_COLOR = {"passed": "#1a7f37", "up to date": "#0969da", "failed": "#cf222e", "timeout": "#bc4c00", "crashed": "#cf222e", "not run": "#6e7781", "disabled": "#6e7781"}
+STATUS_COLOR = {"passed": "#1a7f37", "up to date": "#0969da", "failed": "#cf222e", "timeout": "#bc4c00", "oom": "#bc4c00", "crashed": "#cf222e", "not run": "#6e7781", "disabled": "#6e7781"}
 
 
 def headline(rows: list[dict]) -> str:
@@ -36,6 +36,11 @@ def _num(v, spec: str) -> str:
 def _reason(text: str, limit: int = 200) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _limits(data: dict) -> str:
+    mem = data.get("max_memory_mb")
+    return f"per model: timeout {data['timeout']:g} s, " + (f"memory {mem:g} MB" if mem else "no memory limit")
 
 
 def cells(row: dict) -> list[str]:
@@ -74,7 +79,7 @@ def _md(data: dict) -> str:
     lines = [
         f"# torch2ms zoo: {data['zoo']}",
         "",
-        f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, timeout {data['timeout']:g} s per model).",
+        f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, {_limits(data)}).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -106,7 +111,7 @@ def _html(data: dict) -> str:
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f6f8fa}}</style></head>
 <body><h1>{title}</h1>
-<p><b>{html.escape(data['headline'])}</b> in {data['seconds']:.0f} s ({html.escape(data['executor'])} executor, {data['jobs']} at a time, timeout {data['timeout']:g} s per model).</p>
+<p><b>{html.escape(data['headline'])}</b> in {data['seconds']:.0f} s ({html.escape(data['executor'])} executor, {data['jobs']} at a time, {html.escape(_limits(data))}).</p>
 <table>
 <thead><tr>{head}</tr></thead>
 <tbody>

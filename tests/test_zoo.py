@@ -1,0 +1,279 @@
+"""``torch2ms zoo``: a 2-model zoo of tiny models converts in worker processes and writes three
+summaries that agree; a re-run skips; a factory that raises, hangs, exits or is SIGKILLed is
+that model's failure with its reason while the others pass; --only; zoo-file errors name the
+field; the Ray executor gives the same statuses as the local one. The CI subset is slow."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from conftest import REPO, TESTS
+from torch2ms.cli import main
+from torch2ms.errors import RecipeError
+from torch2ms.recipe import STAGES
+from torch2ms.zoo import ZooOptions, load_zoo, parse_zoo, run_batch
+
+DEFAULTS = {
+    "task": "classification",
+    "inputs": [{"name": "input", "shape": [1, 3, 32, 32]}],
+    "check": {"samples": 1},
+    "compile": {"graph_kernel": "off", "warmup": 1, "runs": 3},
+}
+TINY = [
+    {"name": "tiny_net", "model": {"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}}},
+    {"name": "tiny_seg", "task": "segmentation", "model": {"factory": "tiny_models:tiny_seg"}},
+]
+FAULTS = '''
+import os, signal, time
+
+def raises():
+    raise RuntimeError("factory exploded on purpose")
+
+def hangs():
+    time.sleep(600)
+
+def exits():
+    os._exit(3)
+
+def killed():  # what the kernel's out-of-memory killer does
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def hog():
+    data = b"x" * (1500 * 2**20)  # written, so resident
+    time.sleep(600)
+'''
+
+
+def write_zoo(folder: Path, models: list[dict], defaults: dict = DEFAULTS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "zoo.yaml"
+    path.write_text(yaml.safe_dump({"defaults": defaults, "models": models}, sort_keys=False))
+    return path
+
+
+def zoo_cli(*args) -> int:
+    try:
+        main(["zoo", *map(str, args)])
+    except SystemExit as e:
+        return e.code or 0
+    return 0
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tests_on_pythonpath():
+    """Workers are fresh processes: they find tiny_models through PYTHONPATH, like a user's code."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(TESTS))
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zoo")
+    path = write_zoo(folder, TINY)
+    out = folder / "runs"
+    t0 = time.perf_counter()
+    code = zoo_cli(path, "--jobs", 2, "--out", out)
+    return path, out, code, time.perf_counter() - t0, summary(out)
+
+
+def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
+    path, out, code, _, _ = tiny_zoo
+    data = summary(out)
+    assert code == 0, data
+    assert data["headline"] == "2/2 models passed (100.0%)"
+    rows = {r["name"]: r for r in data["models"]}
+    assert list(rows) == ["tiny_net", "tiny_seg"]
+    for r in rows.values():
+        assert r["status"] == "passed" and r["stages"] == dict.fromkeys(STAGES, "passed") and not r["cached"]
+        assert r["worst_rel_error"] <= 1e-4 and r["min_cosine"] >= 0.99999
+        assert r["latency_ms"] > 0 and r["peak_rss_mb"] > 100 and r["convert_s"] > 0
+        assert (out / r["name"] / "report.json").is_file()  # the ordinary run folder
+    assert (rows["tiny_net"]["onnx_nodes"], rows["tiny_net"]["conv2d_bn_act"], rows["tiny_net"]["batchnorm_folded"]) == (18, 3, 3)
+    assert (rows["tiny_seg"]["conv2d_bn_act"], rows["tiny_seg"]["batchnorm_folded"]) == (1, 1)
+
+    md = (out / "summary.md").read_text()
+    assert "**2/2 models passed (100.0%)**" in md
+    md_rows = {c[0]: c for c in ([x.strip() for x in ln.strip().strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| tiny_"))}
+    page = (out / "summary.html").read_text()
+    assert "2/2 models passed (100.0%)" in page
+    html_rows = {c[0]: c for c in ([html.unescape(x) for x in re.findall(r"<td[^>]*>(.*?)</td>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", page)) if c}
+    for name, r in rows.items():
+        expect = [r["status"], *(r["stages"][s] for s in STAGES)]
+        assert md_rows[name][1:2 + len(STAGES)] == expect
+        assert html_rows[name][1:2 + len(STAGES)] == expect
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_rerun_skips_finished_models(tiny_zoo):
+    path, out, _, first_s, _ = tiny_zoo
+    before = {r["name"]: r for r in summary(out)["models"]}
+    t0 = time.perf_counter()
+    assert zoo_cli(path, "--jobs", 2, "--out", out) == 0
+    again = time.perf_counter() - t0
+    data = summary(out)
+    for r in data["models"]:
+        assert r["status"] == "passed" and r["cached"], r
+        assert r["stages"] == dict.fromkeys(STAGES, "up to date")
+        # figures of the run that did the work are kept
+        assert r["convert_s"] == before[r["name"]]["convert_s"] and r["peak_rss_mb"] == before[r["name"]]["peak_rss_mb"]
+    assert again < first_s
+
+
+def test_only_runs_the_named_models(tiny_zoo, tmp_path):
+    path, out, _, _, _ = tiny_zoo
+    assert zoo_cli(path, "--only", "tiny_seg", "--out", out) == 0
+    assert [r["name"] for r in summary(out)["models"]] == ["tiny_seg"]
+    assert summary(out)["headline"] == "1/1 models passed (100.0%)"
+
+
+def test_only_with_an_unknown_name_is_an_error(tiny_zoo, capsys):
+    path, out, _, _, _ = tiny_zoo
+    assert zoo_cli(path, "--only", "tiny_seg,resnet9", "--out", out) == 2
+    err = capsys.readouterr().err
+    assert "resnet9" in err and "tiny_net" in err  # names the culprit and the choices
+
+
+@pytest.fixture(scope="module")
+def faulty_zoo(tiny_zoo, tmp_path_factory):
+    """tiny_net (already converted: a skip) next to factories that raise, hang, exit, are killed."""
+    _, tiny_out, _, _, _ = tiny_zoo
+    folder = tmp_path_factory.mktemp("faulty")
+    (folder / "faults.py").write_text(FAULTS)  # importable: the zoo file's folder is searched
+    out = folder / "runs"
+    shutil.copytree(tiny_out / "tiny_net", out / "tiny_net")
+    models = [TINY[0]] + [{"name": n, "model": {"factory": f"faults:{n}"}} for n in ("raises", "hangs", "exits", "killed", "hog")]
+    models[5]["max_memory_mb"] = 1000
+    models[2]["timeout"] = 12  # its own; the others keep --timeout, so a slow start cannot turn them into timeouts
+    path = write_zoo(folder, models)
+    t0 = time.perf_counter()
+    code = zoo_cli(path, "--jobs", 3, "--out", out, "--timeout", 300)
+    rows = {r["name"]: r for r in summary(out)["models"]}
+    return out, code, rows, time.perf_counter() - t0
+
+
+def test_failures_are_recorded_and_do_not_stop_the_batch(faulty_zoo):
+    out, code, rows, _ = faulty_zoo
+    assert code == 1
+    assert rows["tiny_net"]["status"] == "passed"
+    assert summary(out)["headline"] == "1/6 models passed (16.7%)"
+    assert [r["name"] for r in summary(out)["models"]] == ["tiny_net", "raises", "hangs", "exits", "killed", "hog"]
+
+
+def test_a_factory_that_raises_is_a_failed_model_with_its_reason(faulty_zoo):
+    r = faulty_zoo[2]["raises"]
+    assert r["status"] == "failed" and r["stages"]["export"] == "failed" and r["stages"]["rebuild"] == "not run"
+    assert "faults:raises" in r["reason"] and "factory exploded on purpose" in r["reason"]
+
+
+def test_a_hanging_worker_is_killed_at_the_timeout(faulty_zoo):
+    out, _, rows, _ = faulty_zoo
+    r = rows["hangs"]
+    assert r["status"] == "timeout" and "timeout of 12 s" in r["reason"]
+    status = json.loads((out / "hangs" / "zoo-status.json").read_text())
+    if status.get("pid"):  # the worker got as far as starting: its process is gone
+        assert not psutil.pid_exists(status["pid"]) or psutil.Process(status["pid"]).status() == psutil.STATUS_ZOMBIE
+        assert r["stages"]["export"] == "timeout" and "during stage 'export'" in r["reason"]
+
+
+def test_a_worker_that_exits_or_is_killed_is_a_crashed_model(faulty_zoo):
+    rows = faulty_zoo[2]
+    assert rows["exits"]["status"] == "crashed" and "exited with code 3 during stage 'export'" in rows["exits"]["reason"]
+    assert rows["exits"]["stages"]["export"] == "crashed"
+    killed = rows["killed"]
+    assert killed["status"] == "crashed" and "SIGKILL" in killed["reason"] and "out-of-memory" in killed["reason"]
+
+
+def test_a_worker_over_its_memory_limit_is_killed_as_out_of_memory(faulty_zoo):
+    r = faulty_zoo[2]["hog"]
+    assert r["status"] == "oom" and r["stages"]["export"] == "oom", r
+    assert "over the limit of 1000 MB during stage 'export'" in r["reason"] and r["peak_rss_mb"] > 1000
+
+
+@pytest.mark.parametrize(
+    "zoo, where",
+    [
+        ({"models": [TINY[0]], "defautls": {}}, "defautls: unknown key"),
+        ({"defaults": {"compile": {"graph_kernal": "off"}}, "models": [TINY[0]]}, "defaults.compile.graph_kernal: unknown key"),
+        ({"models": [TINY[0], {"name": "b", "model": {"factroy": "x:y"}}]}, "models[1] (b).model.factroy: unknown key"),
+        ({"models": [TINY[0], {"model": {"factory": "x:y"}}]}, "models[1] (unnamed).name: required field is missing"),
+        ({"models": [TINY[0], TINY[0]]}, "models[1].name: 'tiny_net' is already used by models[0]"),
+        ({"models": [{"recipe": "missing.yaml"}]}, "models[0].recipe:"),
+        ({"models": []}, "models: List should have at least 1 item"),
+        ({"models": [{**TINY[0], "timeout": -1}]}, "models[0].timeout: expected a positive number of seconds"),
+    ],
+)
+def test_a_bad_zoo_file_names_the_field(tmp_path, zoo, where):
+    with pytest.raises(RecipeError) as err:
+        parse_zoo({"defaults": DEFAULTS, **zoo}, "zoo.yaml", tmp_path)
+    assert where in str(err.value), str(err.value)
+
+
+def test_recipe_entries_merge_defaults_file_and_overrides(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "net.yaml").write_text(yaml.safe_dump({**TINY[0], "inputs": [{"shape": [1, 3, 16, 16]}], "compile": {"runs": 7}}))
+    zoo = {"defaults": DEFAULTS, "models": [{"recipe": "r/net.yaml", "name": "net2", "compile": {"warmup": 0}}]}
+    (m,) = parse_zoo(zoo, "zoo.yaml", tmp_path)
+    assert m.name == "net2" and m.recipe.inputs[0].shape == (1, 3, 16, 16)
+    assert (m.recipe.compile.runs, m.recipe.compile.warmup, m.recipe.compile.graph_kernel) == (7, 0, "off")
+    assert m.recipe.check.samples == 1 and Path(m.recipe.base_dir) == tmp_path / "r"
+
+
+def test_shipped_zoo_files_are_valid():
+    tv = load_zoo(REPO / "recipes" / "zoo" / "torchvision.yaml")
+    assert len(tv) == 24 and len({m.name for m in tv}) == 24
+    ci = load_zoo(REPO / "recipes" / "zoo" / "ci.yaml")
+    assert {m.name for m in ci} <= {m.name for m in tv} and len(ci) == 7
+
+
+def test_ray_executor_gives_the_same_statuses_as_local(tiny_zoo, tmp_path):
+    ray = pytest.importorskip("ray")
+    path, _, _, _, first = tiny_zoo
+    local = {r["name"]: (r["status"], r["stages"]) for r in first["models"]}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        data = run_batch(load_zoo(path), ZooOptions(out_root=tmp_path / "ray", executor="ray", jobs=2), str(path), log=lambda m: None)
+    finally:
+        ray.shutdown()
+    assert data["executor"] == "ray" and data["headline"] == "2/2 models passed (100.0%)"
+    got = {r["name"]: (r["status"], r["stages"]) for r in data["models"]}
+    assert got == local == {n: ("passed", dict.fromkeys(STAGES, "passed")) for n in ("tiny_net", "tiny_seg")}
+    assert [r["name"] for r in data["models"]] == list(local)
+
+
+# Known gaps of the CI subset, as data: the model, the stage that fails and why. A gap that starts
+# passing fails the test, so that it is removed from here.
+CI_KNOWN_GAPS = {
+    "vit_b_16": ("compile", "GRAPH-mode compile of ViT-B/16 needs ~19 GB RSS (kernel OOM-killed it on a 23 GB machine); "
+                 "ci.yaml caps workers at 8000 MB, so it is recorded as oom"),
+}
+
+
+def test_ci_zoo_every_model_passes(tmp_path):
+    """recipes/zoo/ci.yaml, one model per family: measured 3 min 46 s with --jobs 2 on 2 cores."""
+    out = tmp_path / "ci"
+    code = zoo_cli(REPO / "recipes" / "zoo" / "ci.yaml", "--jobs", 2, "--out", out)
+    rows = {r["name"]: r for r in summary(out)["models"]}
+    failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed" and n not in CI_KNOWN_GAPS}
+    assert not failed, failed
+    fixed = [n for n in CI_KNOWN_GAPS if rows[n]["status"] == "passed"]
+    assert not fixed, f"{fixed} pass now: remove them from CI_KNOWN_GAPS"
+    for n, (stage, _) in CI_KNOWN_GAPS.items():
+        assert rows[n]["stages"][stage] not in ("passed", "not run"), rows[n]
+    assert code == (0 if not CI_KNOWN_GAPS else 1)
+    if CI_KNOWN_GAPS:
+        pytest.xfail("known gaps: " + "; ".join(f"{n} at {s}: {why}" for n, (s, why) in CI_KNOWN_GAPS.items()))
