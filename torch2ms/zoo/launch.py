@@ -225,6 +225,8 @@ def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, ti
         "latency_ms": get("compile", "extra", "median_ms"),
         "peak_rss_mb": peak_rss,
         "wall_s": round(wall, 2),
+        "timeout_s": job["timeout"],
+        "max_memory_mb": job.get("max_memory_mb"),
         "cached": cached,
         "exit_code": returncode,
         "reason": reason,

@@ -39,8 +39,13 @@ def _reason(text: str, limit: int = 200) -> str:
 
 
 def _limits(data: dict) -> str:
-    mem = data.get("max_memory_mb")
-    return f"per model: timeout {data['timeout']:g} s, " + (f"memory {mem:g} MB" if mem else "no memory limit")
+    """The limits the models ran under (each model's own, when the zoo file sets them)."""
+    rows = data["models"]
+    timeouts = sorted({r["timeout_s"] for r in rows if r.get("timeout_s")})
+    mems = sorted({r.get("max_memory_mb") or 0 for r in rows if "timeout_s" in r})
+    t = "timeout " + ("/".join(f"{v:g}" for v in timeouts) + " s" if timeouts else f"{data['timeout']:g} s")
+    m = "no memory limit" if mems in ([], [0]) else "memory limit " + "/".join(f"{v:g} MB" if v else "none" for v in mems)
+    return f"per model: {t}, {m}"
 
 
 def cells(row: dict) -> list[str]:
