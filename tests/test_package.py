@@ -191,6 +191,17 @@ def test_aipp_folds_mean_std_and_scale():
     np.testing.assert_allclose(aipp, (pixel / 255 - 0.456) / 0.224, atol=1e-5)
 
 
+def test_target_table_sets_the_soc_version():
+    from torch2ms.package.targets import atc_sh, converter_lite_sh, get_target
+
+    inputs = [{"name": "input", "shape": [1, 3, 224, 224]}]
+    assert '--soc_version="$SOC"' in atc_sh(get_target("atlas-300i-pro"), "m", inputs, "fp16", True)
+    assert "SOC=${SOC_VERSION:-Ascend310P3}" in atc_sh(get_target("atlas-300i-pro"), "m", inputs, "fp16", True)
+    script = converter_lite_sh(get_target("atlas-200i-dk-a2"), "m", inputs, "fp32")
+    for flag in ("--fmk=MINDIR", "--optimize=ascend_oriented", '--inputShape="input:1,3,224,224"', "--saveType=MINDIR"):
+        assert flag in script
+
+
 def test_resize_must_match_the_fixed_input(tmp_path):
     recipe = load_recipe(write_recipe(tmp_path / "r.yaml", preprocess={"resize": [64, 48]}))
     with pytest.raises(RecipeError, match=r"preprocess.resize is \[64, 48\].*\[1, 3, 32, 32\]"):
@@ -276,6 +287,12 @@ def test_infer_py_self_check_passes(tiny_bundle, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout
     assert "ok   output 'output'" in res.stdout and "[2 samples]" in res.stdout
     assert _run_infer(root, "--self-check", "--rtol", "1e-12").returncode == 1  # a check that can fail
+    with np.load(root / "samples" / "reference.npz") as z:
+        np.save(tmp_path / "x.npy", z["input.input"][1])
+        want = z["output.output"][1]
+    assert _run_infer(root, str(tmp_path / "x.npy"), "--out", str(tmp_path / "y")).returncode == 0
+    got = np.load(tmp_path / "y.npy")
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
 
 
 # --- the real models (minutes each) ---
