@@ -53,6 +53,9 @@ def write_archive(dest: Path, files: dict[str, Path | bytes]) -> None:
     """``files``: bundle path -> source file or content."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is meant to be shared
     mtime = _mtime()
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
