@@ -104,10 +104,10 @@ def plot(data: dict, path: Path) -> None:
         for i, k in enumerate(keys):
             r = results[k]
             text = f" {r['median_ms']:.1f} ms" if r.get("median_ms") else f" {r['status'].upper()}"
-            ax.text(med[i], i, text, va="center", fontsize=8)
+            ax.text(med[i] + p90[i], i, text, va="center", fontsize=8)
         ax.set_xlabel("median latency, ms (whisker: p90)")
         ax.set_title(f"{data['recipe']}, batch {batch}, {data['options']['threads']} threads, {data['machine']['cpu']}", fontsize=9)
-        ax.set_xlim(0, max(med + [1]) * 1.25)
+        ax.set_xlim(0, max([m + q for m, q in zip(med, p90)] + [1]) * 1.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,128 @@
+"""What ``torch2ms convert`` itself costs: wall time and peak RSS per stage, cold and warm.
+
+For each recipe, the pipeline runs in a child process exactly as ``torch2ms convert`` runs it
+(same Runner, same CPU setting); the child prints a timestamp whenever a stage starts or ends,
+and this process samples the child's RSS every 50 ms (psutil), so each stage gets its wall time
+(run + check + commit) and the peak RSS seen while it ran. Cold: a fresh output folder. Warm:
+the same command again (every stage up to date). Writes a markdown table.
+
+    python benchmarks/convert_cost.py recipes/deeplabv3plus.yaml recipes/resnet50.yaml \
+        recipes/mobilenet_v2.yaml --md benchmarks/results/convert_cost.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+
+DRIVER = r"""
+import json, sys, time
+t_proc = float(sys.argv[3])
+print("@@" + json.dumps({"event": "python_start", "t": time.time()}), flush=True)
+from torch2ms.runtime import configure_cpu
+configure_cpu()
+from torch2ms.pipeline.report import write_reports
+from torch2ms.pipeline.runner import Runner
+from torch2ms.recipe import load_recipe
+def on_stage(stage, state):
+    print("@@" + json.dumps({"event": state, "stage": stage, "t": time.time()}), flush=True)
+print("@@" + json.dumps({"event": "imported", "t": time.time()}), flush=True)
+r = Runner(load_recipe(sys.argv[1]), sys.argv[2], log=lambda m: None, on_stage=on_stage)
+res = r.run()
+write_reports(res)
+print("@@" + json.dumps({"event": "done", "t": time.time(), "passed": res.passed,
+      "stages": {s.stage: (s.record or {}).get("seconds") for s in res.stages}}), flush=True)
+"""
+
+
+def run_once(recipe: Path, out: Path) -> dict:
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(recipe), str(out), str(t0)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        p = psutil.Process(proc.pid)
+        while not stop.is_set():
+            try:
+                rss = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+            except psutil.Error:
+                break
+            samples.append((time.time(), rss / 2**20))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    events = [json.loads(line[2:]) for line in proc.stdout if line.startswith("@@")]
+    proc.wait()
+    stop.set()
+    th.join()
+    t_end = time.time()
+    marks = [(e["stage"], e["t"]) for e in events if e.get("stage")]
+    imported = next((e["t"] for e in events if e["event"] == "imported"), t0)
+    done = next((e for e in events if e["event"] == "done"), {})
+    stages = {}
+    start = imported
+    for i, (stage, t) in enumerate(marks):
+        if i + 1 < len(marks) and marks[i + 1][0] == stage:  # running -> finished
+            continue
+        first = next(tt for s, tt in marks if s == stage)
+        begin = first if first < t else start
+        window = [rss for ts, rss in samples if begin <= ts <= t]
+        stages[stage] = {"wall_s": round(t - begin, 1), "peak_rss_mb": round(max(window), 0) if window else None}
+        start = t
+    return {
+        "total_s": round(t_end - t0, 1),
+        "startup_s": round(imported - t0, 1),
+        "peak_rss_mb": round(max(r for _, r in samples), 0) if samples else None,
+        "passed": done.get("passed"),
+        "stages": stages,
+    }
+
+
+def to_markdown(results: dict) -> str:
+    stages = ["export", "rebuild", "fold", "compile", "mindir"]
+    lines = ["| recipe | run | " + " | ".join(f"{s} s / MB" for s in stages) + " | startup s | total s | peak RSS MB |", "|---|---|" + "---|" * (len(stages) + 3)]
+    for name, runs in results.items():
+        for kind, r in runs.items():
+            cells = []
+            for s in stages:
+                st = r["stages"].get(s)
+                cells.append(f"{st['wall_s']} / {st['peak_rss_mb']:.0f}" if st and st["peak_rss_mb"] else (f"{st['wall_s']} / -" if st else "-"))
+            lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {r['startup_s']} | {r['total_s']} | {r['peak_rss_mb']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recipes", nargs="+", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    results = {}
+    for recipe in args.recipes:
+        with tempfile.TemporaryDirectory(prefix="torch2ms_cost_") as out:
+            name = recipe.stem
+            results[name] = {"cold": run_once(recipe.resolve(), Path(out)), "warm": run_once(recipe.resolve(), Path(out))}
+            print(json.dumps({name: results[name]}), flush=True)
+    md = to_markdown(results)
+    print(md)
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(md)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
