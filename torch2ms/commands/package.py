@@ -57,6 +57,9 @@ def verify(
         out_console.print(f"  output {m.name!r}: rel error {m.rel_error:.3g}, cosine {m.cosine:.7f}{agree}", highlight=False)
     tol = res.manifest["tolerance"]
     model = res.manifest["model"]
+    warnings = res.manifest.get("warnings", [])
+    if warnings:
+        out_console.print(f"  {len(warnings)} target warning(s) for {res.manifest['target']['board']}: see compatibility.md in the bundle", highlight=False)
     out_console.print(
         f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} samples "
         f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']})",
