@@ -135,7 +135,15 @@ class Recipe(_Strict):
                 if not path.is_file():
                     raise RecipeError(f"model.checkpoint: {path}: file not found", hint="check the path (a relative path starts at the recipe's folder)")
                 model["checkpoint_sha256"] = file_sha256(path)
-            return {**common, "model": model, "export": self.export.model_dump(mode="json")}
+            # the sample data's bytes, not only its path: new data in the same file is a new reference
+            data = {}
+            for i in self.inputs:
+                if i.data:
+                    path = self.resolve(i.data)
+                    if not path.is_file():
+                        raise RecipeError(f"inputs.{i.name}.data: {path}: file not found", hint="check the path (a relative path starts at the recipe's folder)")
+                    data[i.name] = file_sha256(path)
+            return {**common, "model": model, "export": self.export.model_dump(mode="json"), **({"inputs_data_sha256": data} if data else {})}
         return {**common, stage: getattr(self, stage).model_dump(mode="json")}
 
     def sha256(self) -> str:
