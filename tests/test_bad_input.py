@@ -564,3 +564,20 @@ def test_stage_output_of_the_wrong_shape_fails_the_stage_cleanly(tmp_path, monke
     root = tmp_path / "runs" / "tiny"
     assert_nothing_looks_complete(root, "rebuild")
     assert not (root / "rebuild").exists()
+
+
+def test_missing_sample_data_file(tmp_path):
+    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "missing.npy"}])
+    with pytest.raises(RecipeError) as info:
+        run_until(path)
+    assert info.value.exit_code == EXIT_USAGE
+    assert f"inputs.input.data: {tmp_path / 'missing.npy'}: file not found" in str(info.value)
+    assert_nothing_looks_complete(tmp_path / "runs" / "tiny", "export")
+
+
+def test_sample_data_of_the_wrong_shape(tmp_path):
+    np.save(tmp_path / "sample.npy", np.zeros((1, 3, 16, 16), np.float32))
+    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}])
+    with pytest.raises(RecipeError, match=r"inputs\.input\.data: .*sample\.npy has shape \[1, 3, 16, 16\], the recipe says \[1, 3, 32, 32\]"):
+        run_until(path)
+    assert not (tmp_path / "runs" / "tiny" / "export").exists()

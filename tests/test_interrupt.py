@@ -326,3 +326,24 @@ def test_changed_or_deleted_artifacts_rerun_exactly_the_affected_stages(tmp_path
     mutate_and_check(delete_reference, ["export"], "export: reference.npz changed since it was written; running it again")
     mutate_and_check(corrupt_compile_record, ["compile"], None)
     mutate_and_check(remove_mindir_folder, ["mindir"], None)
+
+
+def test_new_sample_data_in_the_same_file_reruns_export(tmp_path):
+    """The fingerprint covered inputs[].data's path only: new data in the same file was 'up to date'."""
+    import numpy as np
+
+    from torch2ms.pipeline.workspace import load_npz
+
+    data = tmp_path / "sample.npy"
+    np.save(data, np.full((1, 3, 32, 32), 0.5, np.float32))
+    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}])
+
+    def export_status():
+        return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0].status
+
+    assert export_status() == "passed"
+    assert export_status() == "up to date"
+    np.save(data, np.full((1, 3, 32, 32), -0.25, np.float32))
+    assert export_status() == "passed"
+    ref = load_npz(tmp_path / "runs" / "tiny" / "export" / "reference.npz")
+    assert (ref["input.input"][0] == -0.25).all()
