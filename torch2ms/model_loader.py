@@ -38,6 +38,30 @@ def import_factory(spec: str, search_dirs: list[Path] | None = None):
     return obj
 
 
+def factory_source_sha256(spec: str, search_dirs: list[Path]) -> str | None:
+    """Hash of the file defining the factory's module, without running it (None if not found).
+
+    Part of the export fingerprint: editing the model's code must re-run the conversion. Only
+    that one file is covered, not what it imports.
+    """
+    import importlib.util
+
+    from torch2ms.recipe import file_sha256
+
+    module_name = spec.partition(":")[0]
+    for d in search_dirs:
+        if str(d) not in sys.path:
+            sys.path.insert(0, str(d))
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    if not origin or not Path(origin).is_file():
+        return None
+    return file_sha256(Path(origin))
+
+
 def build_model(recipe: Recipe):
     import torch
 

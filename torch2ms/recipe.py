@@ -129,7 +129,12 @@ class Recipe(_Strict):
         """The part of the recipe a stage depends on (its fingerprint input)."""
         common = {"check": self.check.model_dump(mode="json"), "inputs": [i.model_dump(mode="json") for i in self.inputs]}
         if stage == "export":
+            from torch2ms.model_loader import factory_source_sha256
+
             model = self.model.model_dump(mode="json")
+            source = factory_source_sha256(self.model.factory, [Path.cwd(), Path(self.base_dir).resolve()])
+            if source:
+                model["factory_source_sha256"] = source
             if self.model.checkpoint:
                 path = self.resolve(self.model.checkpoint)
                 if not path.is_file():
