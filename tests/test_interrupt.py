@@ -347,3 +347,20 @@ def test_new_sample_data_in_the_same_file_reruns_export(tmp_path):
     assert export_status() == "passed"
     ref = load_npz(tmp_path / "runs" / "tiny" / "export" / "reference.npz")
     assert (ref["input.input"][0] == -0.25).all()
+
+
+def test_edited_model_source_reruns_export(tmp_path):
+    """Editing the factory's module was invisible to the fingerprint: the old conversion stayed 'up to date'."""
+    src = tmp_path / "my_model.py"
+    src.write_text("from torch import nn\n\ndef net():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())\n")
+    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "my_model:net"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}])
+
+    def export():
+        return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0]
+
+    assert export().status == "passed"
+    assert export().status == "up to date"
+    src.write_text(src.read_text().replace("nn.ReLU()", "nn.Sigmoid()"))
+    sys.modules.pop("my_model", None)
+    again = export()
+    assert again.status == "passed" and again.record["counts"]["onnx_ops"].get("Sigmoid") == 1
