@@ -364,3 +364,19 @@ def test_edited_model_source_reruns_export(tmp_path):
     sys.modules.pop("my_model", None)
     again = export()
     assert again.status == "passed" and again.record["counts"]["onnx_ops"].get("Sigmoid") == 1
+
+
+def test_files_written_atomically_follow_the_umask(tmp_path):
+    """mkstemp creates 0600: reports and generated code were unreadable to anyone else."""
+    from torch2ms.pipeline.workspace import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "report.md", "x")
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.md", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "private.md").stat().st_mode & 0o777 == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
