@@ -9,7 +9,6 @@ import html
 import json
 import re
 import shutil
-import textwrap
 import time
 from pathlib import Path
 
@@ -253,6 +252,17 @@ def test_ray_executor_gives_the_same_statuses_as_local(tiny_zoo, tmp_path):
     got = {r["name"]: (r["status"], r["stages"]) for r in data["models"]}
     assert got == local == {n: ("passed", dict.fromkeys(STAGES, "passed")) for n in ("tiny_net", "tiny_seg")}
     assert [r["name"] for r in data["models"]] == list(local)
+
+
+def test_ray_executor_without_ray_says_how_to_get_it(monkeypatch, tmp_path):
+    import sys
+
+    from torch2ms.errors import Torch2msError
+    from torch2ms.zoo.executors import run_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(Torch2msError, match=r"pip install 'torch2ms\[ray\]'"):
+        run_ray([], None, None, on_done=lambda r: None)
 
 
 # Known gaps of the CI subset, as data: the model, the stage that fails and why. A gap that starts

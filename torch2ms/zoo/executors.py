@@ -6,6 +6,7 @@ the same. Ray is optional and imported only when asked for.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -50,15 +51,23 @@ def _import_ray():
     return ray
 
 
-def ray_parallelism(address: str | None, jobs: int | None) -> int:
-    ray = _import_ray()
-    if jobs:
-        return jobs
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+def _check_reachable(address: str) -> None:
+    """Fail fast on a ``host:port`` nothing listens on (ray.init would retry for minutes)."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" and the like: Ray's own resolution
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as err:
+        raise Torch2msError(f"--address {address}: nothing answers there ({err})",
+                            hint="start the cluster with `ray start --head`, check host and port, or drop --address to start a local Ray") from None
 
 
 def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done: OnDone, log: Callable[[str], None] = print) -> int:
-    """Run every job as a Ray task; at most ``parallel`` in flight (default: the cluster's CPUs).
+    """Run every job as a Ray task; at most ``parallel`` in flight (default: the cluster's CPUs; a
+    local Ray gets ``parallel`` CPUs, default all).
     Connects to ``address`` or, without one, to a running ``ray.init`` or a new local Ray
     (shut down at the end). Returns the parallelism used."""
     ray = _import_ray()
@@ -66,15 +75,18 @@ def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done
     if not ray.is_initialized():
         try:
             if address:
+                _check_reachable(address)
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
             else:
-                ray.init(num_cpus=parallel or 1, include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=parallel or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        except Torch2msError:
+            raise
         except Exception as err:
             raise Torch2msError(f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: {type(err).__name__}: {err}",
                                 hint="check --address (e.g. ray://host:10001 or auto), or drop it to start a local Ray") from None
         started = True
         log(f"Ray {'at ' + address if address else 'started locally'}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
-    parallel = ray_parallelism(address, parallel)
+    parallel = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(num_cpus=1, max_retries=0)(run_one)
     queue = list(jobs)
     in_flight: dict = {}

@@ -2,7 +2,7 @@
 
 The worker runs in a session of its own, so a hang past the timeout is ended by killing its
 whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
-process tree while it runs and also reported by the worker itself (``ru_maxrss``); the larger is
+worker process while it runs and also reported by the worker itself (``ru_maxrss``); the larger is
 kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
 
 * ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
@@ -61,8 +61,8 @@ def _kill_group(p: subprocess.Popen, grace: float) -> None:
             continue
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """RSS of the worker process itself (children are separate programs, e.g. compilers)."""
+def _rss_mb(pid: int) -> float:
+    """RSS of the worker process itself (its children, if any, are separate programs)."""
     try:
         import psutil
 
@@ -101,6 +101,8 @@ def run_one(job: dict) -> dict:
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
+    cwd = cwd if cwd and os.path.isdir(cwd) else None  # not on another Ray node
     t0 = time.monotonic()
     peak_sampled = 0.0
     timed_out = over_memory = False
@@ -109,7 +111,7 @@ def run_one(job: dict) -> dict:
         p = subprocess.Popen(
             [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=job.get("cwd") or None, env=env, start_new_session=True,
+            cwd=cwd, env=env, start_new_session=True,
         )
         with _live_lock:
             _live[p.pid] = p
@@ -120,7 +122,7 @@ def run_one(job: dict) -> dict:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                rss = _tree_rss_mb(p.pid)
+                rss = _rss_mb(p.pid)
                 peak_sampled = max(peak_sampled, rss)
                 if limit and rss > limit:
                     over_memory = True
