@@ -274,7 +274,8 @@ CI_KNOWN_GAPS = {
 
 
 def test_ci_zoo_every_model_passes(tmp_path):
-    """recipes/zoo/ci.yaml, one model per family: measured 3 min 46 s with --jobs 2 on 2 cores."""
+    """recipes/zoo/ci.yaml, one model per family: 2 min 54 s to 4 min with --jobs 2 on 2 shared cores
+    (under ~10 min, so not marked slow)."""
     out = tmp_path / "ci"
     code = zoo_cli(REPO / "recipes" / "zoo" / "ci.yaml", "--jobs", 2, "--out", out)
     rows = {r["name"]: r for r in summary(out)["models"]}
