@@ -324,6 +324,7 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
         log("fusion report: compiling the GRAPH variants with IR dumps")
         data["fusion"] = fusion_for(folders_b1, options, settings)
     data["seconds"] = round(time.perf_counter() - t_start, 1)
+    machine["load_avg_1min_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return data, bench_dir
 
 

@@ -70,7 +70,7 @@ def markdown(data: dict, png_name: str = "latency.png") -> str:
     m, opts = data["machine"], data["options"]
     cpu = data.get("cpu_setting") or {}
     lines = [
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs ({', '.join(m['isa_flags'])}); load average {m.get('load_avg_1min_at_start')} at start. "
+        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs ({', '.join(m['isa_flags'])}); load average {m.get('load_avg_1min_at_start') or 0:.2f} at start, {m.get('load_avg_1min_at_end') or 0:.2f} at the end (other jobs share the machine). "
         f"{opts['threads']} threads per framework; {opts['warmup']} warm-up + {opts['runs']} timed rounds, round-robin over variants. "
         f"MindSpore CPU setting: ONEDNN_MAX_CPU_ISA={cpu.get('isa', '?')} ({cpu.get('source', '?')}).",
         "",
