@@ -1,0 +1,133 @@
+"""Conv (nn.Conv2d) and the fused torch2ms.ConvBnAct (nn.Conv2dBnAct) against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import check_model, check_op, check_unsupported, const, rand, x
+from onnx import TensorProto, helper, numpy_helper
+
+from torch2ms.passes import FoldBatchNorm, FuseConvBnAct
+
+# (input shape, out channels, attrs): kernels, strides, dilations, groups, pads as in the zoo and past it
+CONV_CASES = {
+    "1x1": ((1, 4, 6, 6), 5, {}),
+    "3x3_pad1": ((1, 3, 8, 8), 4, {"pads": [1, 1, 1, 1]}),
+    "3x3_s2": ((1, 3, 9, 9), 4, {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "5x5_pad2": ((1, 2, 9, 9), 3, {"pads": [2, 2, 2, 2]}),
+    "7x7_s2_pad3": ((1, 3, 16, 16), 4, {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    "1x7": ((1, 4, 9, 9), 4, {"pads": [0, 3, 0, 3]}),
+    "7x1": ((1, 4, 9, 9), 4, {"pads": [3, 0, 3, 0]}),
+    "1x3_3x1_strides": ((1, 2, 9, 10), 3, {"kernel_shape": [1, 3], "strides": [2, 1]}),
+    "4x4_s4_patchify": ((1, 3, 16, 16), 6, {"strides": [4, 4]}),
+    "dil2": ((1, 3, 12, 12), 4, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    "dil4": ((1, 3, 14, 14), 4, {"pads": [4, 4, 4, 4], "dilations": [4, 4]}),
+    "dil_2x1": ((1, 3, 12, 12), 4, {"pads": [2, 1, 2, 1], "dilations": [2, 1]}),
+    "group2": ((1, 4, 8, 8), 6, {"pads": [1, 1, 1, 1], "group": 2}),
+    "depthwise": ((1, 4, 8, 8), 4, {"pads": [1, 1, 1, 1], "group": 4}),
+    "depthwise_x2_s2": ((1, 4, 9, 9), 8, {"pads": [1, 1, 1, 1], "group": 4, "strides": [2, 2]}),
+    "depthwise_dil2": ((1, 4, 10, 10), 4, {"pads": [2, 2, 2, 2], "group": 4, "dilations": [2, 2]}),
+    "asym_pads": ((1, 3, 8, 8), 4, {"pads": [0, 1, 2, 3]}),
+    "asym_pads_s2": ((1, 3, 9, 8), 4, {"pads": [1, 0, 0, 1], "strides": [2, 2]}),
+    "same_upper_s2": ((1, 3, 8, 8), 4, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "same_lower_s2": ((1, 3, 8, 8), 4, {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    "same_upper_4x4": ((1, 3, 7, 7), 4, {"auto_pad": "SAME_UPPER", "kernel_shape": [4, 4]}),
+    "same_lower_4x4_s3": ((1, 3, 10, 10), 4, {"auto_pad": "SAME_LOWER", "kernel_shape": [4, 4], "strides": [3, 3]}),
+    "valid": ((1, 3, 8, 8), 4, {"auto_pad": "VALID", "strides": [2, 2]}),
+}
+
+_KERNELS = {"1x1": (1, 1), "5x5_pad2": (5, 5), "7x7_s2_pad3": (7, 7), "1x7": (1, 7), "7x1": (7, 1), "1x3_3x1_strides": (1, 3), "4x4_s4_patchify": (4, 4), "same_upper_4x4": (4, 4), "same_lower_4x4_s3": (4, 4), "dil_2x1": (3, 3)}
+
+
+def _weight(name: str, shape, out_ch: int, attrs: dict) -> np.ndarray:
+    kh, kw = _KERNELS.get(name, (3, 3))
+    return rand(out_ch, shape[1] // attrs.get("group", 1), kh, kw, seed=1, low=-0.5, high=0.5)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_conv(name, bias, tmp_path):
+    shape, out_ch, attrs = CONV_CASES[name]
+    inputs = [x(*shape), const(_weight(name, shape, out_ch, attrs))]
+    if bias:
+        inputs.append(const(rand(out_ch, seed=2)))
+    check_op("Conv", inputs, attrs, tmp_path)
+
+
+def test_conv_opset11(tmp_path):
+    check_op("Conv", [x(1, 3, 8, 8), const(rand(4, 3, 3, 3)), const(rand(4))], {"pads": [1, 1, 1, 1]}, tmp_path, opset=11)
+
+
+@pytest.mark.parametrize(
+    "inputs, attrs, match",
+    [
+        ([x(1, 3, 8), const(rand(4, 3, 3))], {}, "rank"),  # 1-D convolution
+        ([x(1, 3, 4, 4, 4), const(rand(2, 3, 1, 1, 1))], {}, "rank"),  # 3-D convolution
+        ([x(1, 3, 8, 8), x(4, 3, 3, 3)], {}, "weight"),  # weight computed at run time
+    ],
+    ids=["conv1d", "conv3d", "dynamic_weight"],
+)
+def test_conv_refuses(inputs, attrs, match):
+    check_unsupported("Conv", inputs, attrs, match)
+
+
+# --- the fused ConvBnAct (made by FuseConvBnAct from Conv -> BatchNormalization -> activation) ---
+
+
+def conv_bn_act_model(act: str | None, conv_attrs: dict, c_in: int = 4, c_out: int = 4, bias: bool = False, hw: int = 8, kernel=(3, 3)) -> tuple[onnx.ModelProto, dict]:
+    group = conv_attrs.get("group", 1)
+    inits = [numpy_helper.from_array(rand(c_out, c_in // group, *kernel, seed=3, low=-0.5, high=0.5), "w")]
+    conv_in = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(c_out, seed=4), "b"))
+        conv_in.append("b")
+    for name, (lo, hi) in {"gamma": (0.5, 1.5), "beta": (-0.5, 0.5), "mean": (-0.5, 0.5), "var": (0.5, 2.0)}.items():
+        inits.append(numpy_helper.from_array(rand(c_out, seed=len(name), low=lo, high=hi), name))
+    nodes = [
+        helper.make_node("Conv", conv_in, ["c"], name="/block/conv/Conv", **conv_attrs),
+        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn" if act else "y"], name="/block/bn/BatchNormalization", epsilon=1e-3, momentum=0.9),
+    ]
+    if act == "Clip":
+        inits += [numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", ["bn", "lo", "hi"], ["y"], name="/block/act/Clip"))
+    elif act:
+        nodes.append(helper.make_node(act, ["bn"], ["y"], name=f"/block/act/{act}"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, hw, hw])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, {"x": rand(1, c_in, hw, hw, high=4.0)}
+
+
+FUSED_CASES = {
+    "relu_pad1": ("Relu", {"pads": [1, 1, 1, 1]}, {}),
+    "relu6_s2": ("Clip", {"pads": [1, 1, 1, 1], "strides": [2, 2]}, {}),
+    "hardswish_depthwise": ("HardSwish", {"pads": [1, 1, 1, 1], "group": 4}, {}),
+    "sigmoid_bias": ("Sigmoid", {"pads": [1, 1, 1, 1]}, {"bias": True}),
+    "no_act_1x1": (None, {}, {"kernel": (1, 1), "c_out": 6}),
+    "relu_asym_pads_dil2": ("Relu", {"pads": [1, 2, 2, 1], "dilations": [2, 2]}, {"hw": 9}),
+    "relu_1x7": ("Relu", {"pads": [0, 3, 0, 3]}, {"kernel": (1, 7)}),
+}
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["bn", "folded"])
+@pytest.mark.parametrize("name", list(FUSED_CASES))
+def test_conv_bn_act(name, fold, tmp_path):
+    act, conv_attrs, kw = FUSED_CASES[name]
+    model, feeds = conv_bn_act_model(act, conv_attrs, **kw)
+    passes = [FuseConvBnAct()] + ([FoldBatchNorm()] if fold else [])
+    source, fired = check_model(model, feeds, tmp_path, passes=passes, rel_tol=2e-5)
+    assert fired["fuse_conv_bn_act"] == 1
+    assert fired.get("fold_batchnorm", 0) == int(fold)
+    assert "nn.Conv2dBnAct(" in source
+    assert ("has_bn=True" in source) != fold
+    assert ("BatchNormalization" not in source) and source.count("nn.") == source.count("nn.Conv2dBnAct(") + source.count("nn.Cell")
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_conv_bn_folded_without_fusion(bias, tmp_path):
+    """Conv -> BatchNormalization folded into one nn.Conv2d (fusion off)."""
+    model, feeds = conv_bn_act_model(None, {"pads": [1, 1, 1, 1]}, bias=bias)
+    source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5)
+    assert fired == {"fold_batchnorm": 1}
+    assert "nn.Conv2d(" in source and "BatchNorm" not in source.split('"""', 2)[2]
