@@ -2,10 +2,13 @@
 
 Ops that map one-to-one onto a ``mindspore.ops`` function are a table; the rest have a small
 converter each. Clip(0, 6) is ReLU6 (how PyTorch exports it); HardSigmoid with PyTorch's
-alpha=1/6, beta=1/2 is ``ops.hardsigmoid``.
+alpha=1/6, beta=1/2 is ``ops.hardsigmoid``. Softmax before opset 13 normalises over all axes from
+``axis`` on, as one flattened axis (opset 13 made it one axis).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from torch2ms.codegen.builder import literal
 from torch2ms.converters.registry import Unsupported, converter
@@ -41,24 +44,33 @@ for _op, _fn in UNARY.items():
     converter(_op, since=1)(_unary(_op, _fn))
 
 
+_FLT_MAX = 3.4028234663852886e38
+
+
+def _clip(x: str, lo: float | None, hi: float | None) -> str:
+    if lo == 0 and hi == 6:
+        return f"ops.relu6({x})"
+    if lo == 0 and hi is None:
+        return f"ops.relu({x})"
+    if lo is None and hi is None:
+        return x  # ops.clamp refuses two open bounds
+    return f"ops.clamp({x}, {literal(lo)}, {literal(hi)})"
+
+
 @converter("Clip", since=11)
 def clip(em):
     """Clip(input, min?, max?) -> output   (min/max are inputs from opset 11)"""
     lo = em.require_const(1, "min").item() if em.has_input(1) else None
     hi = em.require_const(2, "max").item() if em.has_input(2) else None
-    if lo == 0 and hi == 6:
-        return f"ops.relu6({em.x(0)})"
-    if lo == 0 and hi is None:
-        return f"ops.relu({em.x(0)})"
-    return f"ops.clamp({em.x(0)}, {literal(lo)}, {literal(hi)})"
+    return _clip(em.x(0), lo, hi)
 
 
 @converter("Clip", since=1)
-def clip_v6(em, *, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noqa: A002 - ONNX names
-    """Clip(input) -> output   attrs: min, max (before opset 11)"""
-    if min == 0 and max == 6:
-        return f"ops.relu6({em.x(0)})"
-    return f"ops.clamp({em.x(0)}, {literal(float(min))}, {literal(float(max))})"
+def clip_v6(em, *, min=-_FLT_MAX, max=_FLT_MAX):  # noqa: A002 - ONNX names
+    """Clip(input) -> output   attrs: min, max (before opset 11; the defaults are -/+FLT_MAX)"""
+    lo = None if min <= -_FLT_MAX else float(min)
+    hi = None if max >= _FLT_MAX else float(max)
+    return _clip(em.x(0), lo, hi)
 
 
 @converter("HardSigmoid", since=6)
@@ -83,10 +95,13 @@ def softmax(em, *, axis=-1):
 
 @converter("Softmax", since=1)
 def softmax_v1(em, *, axis=1):
-    """Softmax(input) -> output   attrs: axis (before 13: flattens from axis)"""
-    if axis % em.rank(0) != em.rank(0) - 1:
-        raise Unsupported(f"axis={axis} before opset 13 flattens the input; only the last axis is supported")
-    return f"ops.softmax({em.x(0)}, axis=-1)"
+    """Softmax(input) -> output   attrs: axis (before 13: over all axes from ``axis`` on, flattened)"""
+    shape = em.shape(0)
+    axis = axis % len(shape)
+    if axis == len(shape) - 1:
+        return f"ops.softmax({em.x(0)}, axis=-1)"
+    rows = (int(np.prod(shape[:axis], dtype=np.int64)), -1)
+    return f"ops.reshape(ops.softmax(ops.reshape({em.x(0)}, {rows!r}), axis=-1), {tuple(shape)!r})"
 
 
 @converter("Gelu", since=20)
@@ -95,7 +110,19 @@ def gelu(em, *, approximate="none"):
     return f"ops.gelu({em.x(0)}, approximate={approximate!r})"
 
 
-@converter("Identity", "Dropout", since=1)
-def identity(em, *, ratio=None, seed=None, is_test=None):
-    """Identity(input) -> output; Dropout in inference is the identity too"""
+@converter("Identity", since=1)
+def identity(em):
+    """Identity(input) -> output"""
+    return em.x(0)
+
+
+@converter("Dropout", since=1)
+def dropout(em, *, ratio=None, seed=None, is_test=None):
+    """Dropout(data, ratio?, training_mode?) -> output, mask?   (inference: output = data, mask all true)"""
+    if em.has_input(2):
+        training = em.require_const(2, "training_mode")
+        if bool(training):
+            raise Unsupported("training_mode=True (random dropout) not supported; export the model in eval mode")
+    if len(em.node.outputs) > 1 and em.node.outputs[1]:
+        return f"{em.x(0)}, ops.ones({tuple(em.shape(0))!r}, ms.bool_)"
     return em.x(0)

@@ -1,0 +1,95 @@
+"""Activations and one-input elementwise ops (converters/activation.py) against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import check_op, check_unsupported, const, f32, rand, x
+
+from torch2ms.converters.activation import UNARY
+
+# Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal).
+_DOMAIN = {"Sqrt": (0.1, 4.0), "Log": (0.1, 4.0), "Reciprocal": (0.5, 3.0)}
+# MindSpore's CPU tanh is a fast approximation: measured 1.4e-5 off onnxruntime's.
+_TOL = {"Tanh": 5e-5}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(op, tmp_path):
+    low, high = _DOMAIN.get(op, (-4.0, 4.0))
+    opset = 14 if op == "HardSwish" else 17
+    check_op(op, [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=low, high=high))], {}, tmp_path, opset=opset, rel_tol=_TOL.get(op, 1e-5))
+
+
+@pytest.mark.parametrize(
+    "lo, hi",
+    [(0.0, 6.0), (0.0, None), (-1.0, 1.0), (-0.5, None), (None, 0.5), (None, None)],
+    ids=["relu6", "relu", "both", "min_only", "max_only", "neither"],
+)
+@pytest.mark.parametrize("opset", [11, 13])
+def test_clip_inputs(lo, hi, opset, tmp_path):
+    inputs = [x(2, 3, 4, 4, data=rand(2, 3, 4, 4, low=-8, high=8))]
+    inputs.append(f32(lo).data.reshape(()) if lo is not None else None)
+    inputs.append(f32(hi).data.reshape(()) if hi is not None else None)
+    inputs = [inputs[0]] + [const(v) if v is not None else None for v in inputs[1:]]
+    while inputs[-1] is None:
+        inputs.pop()
+    check_op("Clip", inputs, {}, tmp_path, opset=opset)
+
+
+def test_clip_runtime_bounds_refused():
+    check_unsupported("Clip", [x(2, 3), x(data=np.float32(-1.0)), const(np.float32(1.0))], {}, "min")
+
+
+# Clip-6 (attributes) is below the loader's opset range (11-20); its converter is called directly.
+@pytest.mark.parametrize("attrs, expected", [({"min": 0.0, "max": 6.0}, "ops.relu6(a)"), ({"min": -1.0, "max": 1.0}, "ops.clamp(a, -1.0, 1.0)"), ({"min": -1.0}, "ops.clamp(a, -1.0, None)"), ({}, "a")])
+def test_clip_opset6_attributes(attrs, expected):
+    from torch2ms.converters.activation import clip_v6
+
+    class FakeEmitter:
+        def x(self, i=0):
+            return "a"
+
+    assert clip_v6(FakeEmitter(), **attrs) == expected
+
+
+@pytest.mark.parametrize("attrs", [{}, {"alpha": 1 / 6, "beta": 0.5}, {"alpha": 0.3, "beta": 0.4}], ids=["default", "pytorch", "other"])
+def test_hard_sigmoid(attrs, tmp_path):
+    check_op("HardSigmoid", [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=-6, high=6))], attrs, tmp_path)
+
+
+@pytest.mark.parametrize("alpha", [None, 0.2, 1.5])
+def test_leaky_relu(alpha, tmp_path):
+    check_op("LeakyRelu", [x(2, 3, 4, 5)], {} if alpha is None else {"alpha": alpha}, tmp_path)
+
+
+@pytest.mark.parametrize("approximate", [None, "none", "tanh"])
+def test_gelu(approximate, tmp_path):
+    check_op("Gelu", [x(2, 3, 8)], {} if approximate is None else {"approximate": approximate}, tmp_path, opset=20)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), None), ((2, 3, 4, 5), -1), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 0), ((2, 3, 4, 5), -3), ((4, 10), 1)])
+def test_softmax_opset13(shape, axis, tmp_path):
+    """Opset 13+: softmax along one axis."""
+    check_op("Softmax", [x(*shape)], {} if axis is None else {"axis": axis}, tmp_path, opset=13)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), -1), ((2, 3, 4, 5), 3), ((2, 3, 4, 5), None), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), 0), ((4, 10), 1)])
+def test_softmax_opset11_flattens_from_axis(shape, axis, tmp_path):
+    """Before opset 13 softmax normalises over all axes from ``axis`` on (default 1) together."""
+    check_op("Softmax", [x(*shape)], {} if axis is None else {"axis": axis}, tmp_path, opset=11)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_identity_and_dropout(opset, tmp_path):
+    check_op("Identity", [x(2, 3)], {}, tmp_path / "identity", opset=opset)
+    check_op("Dropout", [x(2, 3)], {}, tmp_path / "dropout", opset=opset)
+
+
+def test_dropout_with_ratio_and_mask(tmp_path):
+    """Inference Dropout: the output is the input and the mask is all true."""
+    check_op("Dropout", [x(2, 3, 4), const(np.float32(0.3)), const(np.bool_(False))], {}, tmp_path, n_outputs=2)
+
+
+def test_dropout_in_training_refused():
+    check_unsupported("Dropout", [x(2, 3, 4), const(np.float32(0.3)), const(np.bool_(True))], {"seed": 0}, "training_mode")
