@@ -109,33 +109,42 @@ def _constant_nodes(graph: Graph) -> list[Node]:
     return out
 
 
-def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
-    """Fill every value's shape/dtype; fold constant nodes out of the graph."""
+def session_with_outputs(model: onnx.ModelProto, outputs: list[str], extra_nodes: list[onnx.NodeProto] = ()):
+    """onnxruntime (no graph optimizations) on a copy of ``model`` whose graph outputs are
+    ``outputs``: any tensor names, intermediate ones included, computed by the model or by
+    ``extra_nodes`` appended to it."""
     import onnxruntime as ort
 
-    const_nodes = _constant_nodes(graph)
-    const_outputs = [o for n in const_nodes for o in n.outputs if o]
-    dynamic = [o for n in graph.nodes if n not in const_nodes for o in n.outputs if o]
     m = onnx.ModelProto()
     m.CopyFrom(model)
     del m.graph.output[:]
-    wanted = []
-    for name in const_outputs:
-        m.graph.output.append(helper.ValueInfoProto(name=name))
-        wanted.append(("value", name, name))
-    for k, name in enumerate(dynamic):
-        s = f"__t2ms_shape_{k}"
-        m.graph.node.append(helper.make_node("Shape", [name], [s], name=f"__t2ms_shape_node_{k}"))
-        m.graph.output.append(helper.ValueInfoProto(name=s))
-        wanted.append(("shape", name, s))
+    m.graph.node.extend(extra_nodes)
+    m.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
+    """Fill every value's shape/dtype; fold constant nodes out of the graph."""
+    const_nodes = _constant_nodes(graph)
+    const_outputs = [o for n in const_nodes for o in n.outputs if o]
+    dynamic = [o for n in graph.nodes if n not in const_nodes for o in n.outputs if o]
+    wanted, shape_nodes = [], []
+    for name in const_outputs:
+        wanted.append(("value", name, name))
+    for k, name in enumerate(dynamic):
+        s = f"__t2ms_shape_{k}"
+        shape_nodes.append(helper.make_node("Shape", [name], [s], name=f"__t2ms_shape_node_{k}"))
+        wanted.append(("shape", name, s))
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = session_with_outputs(model, [w[2] for w in wanted], shape_nodes)
     except Exception as err:
         raise OnnxError(f"onnxruntime cannot load the model to infer shapes: {err}") from None
-    feeds = {name: np.zeros(graph.values[name].shape, graph.values[name].dtype) for name in graph.inputs}
+    # Only shapes are read from this run. Integer inputs are ones, not zeros: an integer Div or Mod
+    # by an input fails in onnxruntime on zeros ("Integer division by zero").
+    feeds = {name: (np.ones if graph.values[name].dtype.kind in "iu" else np.zeros)(graph.values[name].shape, graph.values[name].dtype) for name in graph.inputs}
     names = [w[2] for w in wanted]
     results = dict(zip(names, sess.run(names, feeds))) if names else {}
     dtypes = _inferred_dtypes(model)
