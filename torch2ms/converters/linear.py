@@ -1,4 +1,9 @@
-"""Matrix products: Gemm (``nn.Dense`` when B is a constant) and MatMul."""
+"""Matrix products: Gemm (``nn.Dense`` when B is a constant) and MatMul.
+
+``nn.Dense`` keeps its weight as ``(out_features, in_features)`` (PyTorch's layout, ONNX's
+``transB=1``) and adds one bias per output feature, so Gemm's ``alpha`` is folded into the
+weight and ``beta * C`` into the bias; a ``C`` that varies along the rows cannot be a bias.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,24 @@ from torch2ms.converters.registry import Unsupported, converter
 @converter("Gemm", since=7)
 def gemm(em, *, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 - ONNX names
     """Gemm(A, B, C?) -> Y = alpha * A' @ B' + beta * C   attrs: alpha, beta, transA, transB"""
-    if transA:
-        raise Unsupported("transA=1 not supported")
     b = em.const(1)
     if b is None:
         raise Unsupported("B must be a constant (a weight)")
-    weight = b if transB else b.T  # nn.Dense keeps (out_features, in_features)
-    params = {"weight": weight * alpha}
+    weight = b if transB else b.T
+    dtype = weight.dtype
+    params = {"weight": (weight * alpha).astype(dtype)}
     kw = {}
     if em.has_input(2):
         c = em.require_const(2, "C")
-        if c.size not in (1, weight.shape[0]):
-            raise Unsupported(f"bias C of shape {list(c.shape)} not supported")
-        params["bias"] = (c * beta).reshape(-1)
-        if c.size == 1:
-            params["bias"] = params["bias"].repeat(weight.shape[0])
+        if c.ndim > 2 or (c.ndim == 2 and c.shape[0] != 1) or (c.ndim and c.shape[-1] not in (1, weight.shape[0])):
+            raise Unsupported(f"C of shape {list(c.shape)} (not one value per output feature) not supported")
+        bias = (c * beta).astype(dtype).reshape(-1)
+        params["bias"] = bias.repeat(weight.shape[0]) if bias.size == 1 else bias
     else:
         kw["has_bias"] = False
     layer = em.layer("nn.Dense", int(weight.shape[1]), int(weight.shape[0]), params=params, **kw)
-    return f"{layer}({em.x(0)})"
+    a = f"ops.transpose({em.x(0)}, (1, 0))" if transA else em.x(0)
+    return f"{layer}({a})"
 
 
 @converter("MatMul", since=1)

@@ -1,0 +1,53 @@
+"""Gemm (nn.Dense) and MatMul against onnxruntime."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import check_op, check_unsupported, const, rand, x
+
+
+def _gemm_inputs(m, k, n, trans_a, trans_b, c_shape):
+    a = x(*((k, m) if trans_a else (m, k)))
+    b = const(rand(*((n, k) if trans_b else (k, n)), seed=5))
+    return [a, b] + ([const(rand(*c_shape, seed=6))] if c_shape is not None else [])
+
+
+@pytest.mark.parametrize("c_shape", [(5,), (1, 5), (1,), (), None], ids=["C_vec", "C_row", "C_one", "C_scalar", "no_C"])
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 1), (0, 0), (1, 0), (1, 1)], ids=["transB", "plain", "transA", "transAB"])
+def test_gemm(trans_a, trans_b, c_shape, tmp_path):
+    inputs = _gemm_inputs(3, 4, 5, trans_a, trans_b, c_shape)
+    check_op("Gemm", inputs, {"transA": trans_a, "transB": trans_b}, tmp_path)
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.5, 1.0), (1.0, 2.0), (0.25, 0.0)])
+def test_gemm_alpha_beta(alpha, beta, tmp_path):
+    check_op("Gemm", _gemm_inputs(3, 4, 5, 0, 1, (5,)), {"alpha": alpha, "beta": beta, "transB": 1}, tmp_path)
+
+
+def test_gemm_refuses_a_per_row_bias():
+    """C of shape (M, 1) adds one value per row, not per output feature: nn.Dense cannot."""
+    check_unsupported("Gemm", _gemm_inputs(4, 3, 4, 0, 1, (4, 1)), {"transB": 1}, "C")
+
+
+def test_gemm_refuses_runtime_weight():
+    check_unsupported("Gemm", [x(3, 4), x(4, 5)], {}, "B")
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, const_b",
+    [
+        ((3, 4), (4, 5), False),
+        ((3, 4), (4, 5), True),
+        ((2, 3, 4), (2, 4, 5), False),
+        ((2, 3, 4), (4, 5), True),
+        ((2, 2, 3, 4), (2, 2, 4, 3), False),
+        ((2, 2, 3, 4), (1, 2, 4, 3), False),
+        ((2, 1, 3, 4), (2, 4, 6), False),
+        ((4,), (4, 5), False),
+        ((2, 3, 4), (4,), False),
+    ],
+    ids=["2d", "2d_const", "3d", "3d_x_2d_const", "4d", "4d_broadcast", "4d_x_3d", "1d_lhs", "1d_rhs"],
+)
+def test_matmul(a_shape, b_shape, const_b, tmp_path):
+    b = const(rand(*b_shape, seed=3)) if const_b else x(*b_shape, seed=3)
+    check_op("MatMul", [x(*a_shape), b], {}, tmp_path)
