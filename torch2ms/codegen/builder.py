@@ -4,7 +4,8 @@ Layers with weights become attributes created in ``__init__`` (named after the P
 path); weight-free ops are calls in ``construct``; constant tensors the graph needs become
 non-trainable ``Parameter``s stored in the checkpoint beside the code, and scalar constants
 are written as literals. ``tensor_map`` ties each generated statement to the ONNX tensor it
-computes and its line, which is what divergence localization walks.
+computes, the ONNX tensors it reads, and its line: what divergence localization
+(``torch2ms.divergence``) walks.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ class CodeBuilder:
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:
-        out = [header.rstrip(), "import os", "", "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
+        # one element per line: tensor_map records len(out) as each statement's line number
+        out = [*header.rstrip().splitlines(), "import os", "", "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
         if self.tensors:
             out.append("from mindspore.common.initializer import initializer")
         shapes = {n: tuple(self.graph.values[n].shape) for n in self.graph.inputs}
@@ -236,9 +238,12 @@ class CodeBuilder:
         for st in self.statements:
             lhs = ", ".join(st.targets)
             out.append(f"        {lhs} = {st.expr}")
+            inputs = [i for i in st.node.inputs if i and not self.graph.values[i].is_const]
             for onnx_name, var in zip(st.node.outputs, st.targets):
                 if var != "_":
-                    tensor_map.append({"tensor": onnx_name, "var": var, "line": len(out), "node": st.node.name, "op": st.node.op_type, "origin": st.node.origin})
+                    tensor_map.append(
+                        {"tensor": onnx_name, "var": var, "line": len(out), "node": st.node.name, "op": st.node.op_type, "origin": st.node.origin, "inputs": inputs}
+                    )
         rets = [self.var_of[o] for o in self.graph.outputs]
         out.append(f"        return {', '.join(rets)}")
         out += [
