@@ -1,0 +1,166 @@
+"""``torch2ms check``: every unsupported op or attribute value of a model, without converting.
+
+Unreadable files and opsets outside 11-20 through this command are tested in
+tests/test_bad_input.py (test_cli_check_command_on_bad_onnx)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from conftest import write_recipe
+from torch2ms.cli import main
+from torch2ms.errors import EXIT_USAGE
+from torch2ms.pipeline.workspace import sha256_file
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    """Rich wraps at 80 columns off a terminal; messages are compared unwrapped."""
+    from torch2ms.cli_app import console, out_console
+
+    monkeypatch.setattr(console, "width", 400)
+    monkeypatch.setattr(out_console, "width", 400)
+
+
+def run_cli(*args: str) -> int:
+    try:
+        main(list(args))
+    except SystemExit as e:
+        return e.code or 0
+    return 0
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def unsupported_model() -> onnx.ModelProto:
+    """Two GridSamples and a CumSum (no converter), a cubic Resize and a 1-D Conv (values the
+    converters refuse), and supported Relu / Conv around them."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [1, 4, 10])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    inits = [
+        helper.make_tensor("grid", TensorProto.FLOAT, [1, 8, 8, 2], np.zeros(128, np.float32)),
+        helper.make_tensor("axis", TensorProto.INT64, [], [1]),
+        helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2]),
+        helper.make_tensor("w2", TensorProto.FLOAT, [3, 3, 3, 3], np.ones(81, np.float32)),
+        helper.make_tensor("w1", TensorProto.FLOAT, [4, 4, 3], np.ones(48, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w2"], ["c0"], name="/stem/Conv", pads=[1, 1, 1, 1]),
+        helper.make_node("GridSample", ["c0", "grid"], ["g1"], name="/head/GridSample"),
+        helper.make_node("GridSample", ["g1", "grid"], ["g2"], name="/head/GridSample_1"),
+        helper.make_node("Resize", ["g2", "", "scales"], ["r"], name="/up/Resize", mode="cubic"),
+        helper.make_node("CumSum", ["r", "axis"], ["c"], name="/tail/CumSum"),
+        helper.make_node("Relu", ["c"], ["y"], name="/tail/Relu"),
+        helper.make_node("Conv", ["seq", "w1"], ["z"], name="/seq/Conv", pads=[1, 1]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, seq], [y, z], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_every_unsupported_op_and_value_is_reported_grouped(tmp_path, capsys):
+    path = tmp_path / "model.onnx"
+    onnx.save(unsupported_model(), path)
+    assert run_cli("check", str(path)) == EXIT_USAGE
+    captured = capsys.readouterr()
+    msg = captured.err
+    assert f"error: 4 op types in {path} (opset 17) cannot be converted:" in flat(msg)
+    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /head/GridSample\n", msg), msg
+    assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /tail/CumSum\n", msg), msg
+    assert re.search(r"Resize\s+x1\s+mode='cubic' not supported\s+first node: /up/Resize\n", msg), msg
+    assert re.search(r"Conv\s+x1\s+only 2-D convolution is supported \(input rank 3\)\s+first node: /seq/Conv\n", msg), msg
+    assert "/stem/Conv" not in msg and "Relu" not in msg  # the supported nodes are not listed
+    assert "hint: see `torch2ms ops` for the supported operators" in msg
+    assert "OK" not in captured.out
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory) -> tuple:
+    from tiny_models import tiny_net
+
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    buf = io.BytesIO()
+    torch.onnx.export(tiny_net().eval(), (torch.randn(1, 3, 32, 32),), buf, dynamo=False, opset_version=17, input_names=["input"], training=torch.onnx.TrainingMode.PRESERVE)
+    path.write_bytes(buf.getvalue())
+    return path, onnx.load(str(path))
+
+
+def test_convertible_model_gets_an_ok_line(tiny_onnx, capsys):
+    path, model = tiny_onnx
+    assert run_cli("check", str(path)) == 0
+    out = flat(capsys.readouterr().out)
+    ops: dict[str, int] = {}
+    const = {t.name for t in model.graph.initializer}
+    for n in model.graph.node:
+        if all(i in const for i in n.input if i):  # Constant, Identity of a weight: folded away
+            const.update(n.output)
+        else:
+            ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    assert {"Conv", "BatchNormalization", "Add", "Resize", "Gemm"} <= set(ops)
+    listing = ", ".join(f"{op} x{k}" for op, k in sorted(ops.items()))
+    assert f"OK {path} (opset 17): {sum(ops.values())} nodes of {len(ops)} op types, all convertible: {listing}" in out, out
+
+
+def test_a_dynamic_input_needs_its_shape(tmp_path, tiny_onnx, capsys):
+    _, model = tiny_onnx
+    dyn = onnx.ModelProto()
+    dyn.CopyFrom(model)
+    dyn.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dyn.onnx"
+    onnx.save(dyn, path)
+    assert run_cli("check", str(path)) == EXIT_USAGE
+    err = flat(capsys.readouterr().err)
+    assert "input 'input' has a dynamic shape [None, 3, 32, 32]" in err and "hint: give its static shape with --shape NAME=1,3,224,224" in err
+    assert run_cli("check", str(path), "--shape", "input=2,3,32,32") == 0
+    assert "all convertible" in capsys.readouterr().out
+    assert run_cli("check", str(path), "--shape", "input=2,x") == EXIT_USAGE
+    assert "--shape 'input=2,x': expected NAME=positive integers" in flat(capsys.readouterr().err)
+
+
+def test_recipe_is_exported_once_then_reused(tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "tiny.yaml")
+    onnx_path = tmp_path / "runs" / "tiny" / "export" / "model.onnx"
+    assert run_cli("check", "--recipe", str(recipe)) == 0
+    captured = capsys.readouterr()
+    assert "export passed" in flat(captured.err) and f"OK {onnx_path} (opset 17)" in flat(captured.out)
+    assert json.loads((onnx_path.parent / "stage.json").read_text())["status"] == "passed"
+    digest, mtime = sha256_file(onnx_path), onnx_path.stat().st_mtime_ns
+    assert run_cli("check", "--recipe", str(recipe)) == 0
+    assert "export up to date" in flat(capsys.readouterr().err)
+    assert sha256_file(onnx_path) == digest and onnx_path.stat().st_mtime_ns == mtime
+    assert not (tmp_path / "runs" / "tiny" / "rebuild").exists()  # nothing converted
+
+
+def test_recipe_with_unsupported_ops(tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "bad.yaml", name="bad", model={"factory": "test_bad_input:unsupported_ops"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}])
+    assert run_cli("check", "--recipe", str(recipe)) == EXIT_USAGE
+    msg = capsys.readouterr().err
+    assert "2 op types in" in msg and "model.onnx (opset 17) cannot be converted" in flat(msg)
+    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /GridSample\n", msg), msg
+    assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /CumSum", msg), msg
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ([], "error: nothing to check"),
+        (["m.onnx", "--recipe", "r.yaml"], "error: give an ONNX file or --recipe, not both"),
+        (["--recipe", "r.yaml", "--shape", "x=1"], "--shape is for an ONNX file"),
+    ],
+)
+def test_argument_errors(tmp_path, monkeypatch, capsys, args, expected):
+    write_recipe(tmp_path / "r.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("check", *args) == EXIT_USAGE
+    assert expected in flat(capsys.readouterr().err)
