@@ -26,6 +26,7 @@ from torch2ms.recipe import STAGES, Recipe
 from torch2ms.runtime import cpu_choice
 
 FRAMEWORKS = ("torch", "onnx", "onnxruntime", "mindspore", "numpy")
+LOCALIZED_STAGES = ("rebuild", "fold")  # a failed check there runs torch2ms.divergence
 
 
 def framework_versions() -> dict[str, str]:
@@ -175,6 +176,10 @@ class Runner:
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
         status = "failed" if violations else "passed"
+        reason = "; ".join(violations)
+        diff = self._localize(stage.name, out) if violations and stage.name in LOCALIZED_STAGES else None
+        if diff is not None and diff.first is not None:
+            reason += f"; {diff.summary()}"
         w = worst(metrics) if metrics else None
         record = {
             "stage": stage.name,
@@ -186,13 +191,29 @@ class Runner:
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
             "violations": violations,
+            "diff": diff.summary() if diff is not None else None,
             "counts": produced.counts,
             "extra": produced.extra,
             "cpu": cpu_choice().to_dict() if cpu_choice() else None,
         }
         write_json(out / RECORD, record)
         self.run_dir.commit(stage.name, out)
-        return StageResult(stage.name, status, record, "; ".join(violations))
+        return StageResult(stage.name, status, record, reason)
+
+    def _localize(self, stage: str, out: Path):
+        """After a failed rebuild/fold check: the first node of the generated code that leaves
+        onnxruntime, written as diff.json/diff.md beside it. A diagnosis only: if it fails, that
+        is logged and the stage's own failure is reported as it is."""
+        try:
+            from torch2ms.divergence import localize, write_diff
+
+            tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
+            report = localize(self.ctx.stage_dir("export") / "model.onnx", out, self.ctx.reference_inputs(), tol, stage, display_dir=self.run_dir.stage_dir(stage))
+            write_diff(report, out)
+            return report
+        except Exception as err:
+            self.ctx.log(f"{stage}: the divergence could not be localized ({type(err).__name__}: {err}); run `torch2ms diff` for details")
+            return None
 
 
 def raise_for(result: RunResult) -> None:
@@ -203,7 +224,10 @@ def raise_for(result: RunResult) -> None:
             hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data) so that PyTorch gives finite outputs",
         )
     if failed is not None:
-        raise CheckFailed(
-            f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}",
-            hint=f"its artifacts and record stay in {result.root / failed.stage}; `torch2ms diff` localizes the first diverging node",
-        )
+        where = result.root / failed.stage
+        hint = f"its artifacts and record stay in {where}"
+        if (where / "diff.md").is_file():
+            hint += f"; every tensor's error against onnxruntime is in {where / 'diff.md'}"
+        elif failed.stage in LOCALIZED_STAGES:
+            hint += f"; `torch2ms diff --stage {failed.stage}` localizes the first diverging node"
+        raise CheckFailed(f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}", hint=hint)

@@ -1,0 +1,379 @@
+"""Divergence localization: the first node where a generated network leaves onnxruntime.
+
+Both sides run the stage's sample inputs (``export/reference.npz``) with every intermediate
+tensor exposed. onnxruntime runs a copy of ``model.onnx`` whose graph outputs are the tensors
+the generated code computes (``graph.load.session_with_outputs``). MindSpore runs the stage's
+``network.py`` in PyNative mode from a *probe* variant of its source, made at load time: the
+``return`` of ``construct`` is replaced by one returning every variable ``tensor_map.json``
+names. Only that line differs, and the probe is compiled under the file's own path, so line
+numbers and tracebacks are those of the shipped ``network.py``, which stays as it is.
+
+Tensors present on both sides are compared in the code's order (topological) with the metrics
+of ``torch2ms.compare``: ``rel_error = max|a - r| / max|r|`` and cosine, over all samples. The
+culprit is the first statement whose output leaves the tolerance while every input it reads is
+within it; the errors after it are inherited. After folding, a BatchNorm's output tensor is
+computed by the conv statement: ``tensor_map`` says which ONNX tensor each statement produces,
+so the comparison needs no knowledge of the passes. Samples are run one at a time and the
+metrics accumulated, so memory holds one sample's intermediates (twice), not all of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from torch2ms.compare import OutputMetrics, Tolerance
+from torch2ms.errors import Torch2msError
+
+STAGES = ("rebuild", "fold")
+
+
+class _Accumulator:
+    """``compare_arrays``'s metrics of one tensor over samples added one at a time."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.max_abs = self.scale = self.sum_abs = self.dot = self.norm_a = self.norm_r = 0.0
+        self.count = 0
+        self.nan = {"onnxruntime": 0, "generated code": 0}
+        self.inf = {"onnxruntime": 0, "generated code": 0}
+        self.problem: str | None = None
+
+    def add(self, actual, reference) -> None:
+        actual, reference = np.asarray(actual), np.asarray(reference)
+        if actual.shape != reference.shape:
+            self.problem = f"shape {list(actual.shape)} differs from onnxruntime's {list(reference.shape)}"
+        if self.problem:
+            return
+        a, r = actual.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
+        for side, x in (("onnxruntime", r), ("generated code", a)):
+            self.nan[side] += int(np.isnan(x).sum())
+            self.inf[side] += int(np.isinf(x).sum())
+        diff = np.abs(a - r)
+        self.max_abs = max(self.max_abs, float(diff.max(initial=0.0)))
+        self.scale = max(self.scale, float(np.abs(r).max(initial=0.0)))
+        self.sum_abs += float(diff.sum())
+        self.count += diff.size
+        self.dot += float(np.dot(a, r))
+        self.norm_a += float(np.dot(a, a))
+        self.norm_r += float(np.dot(r, r))
+
+    def metrics(self) -> OutputMetrics:
+        for side in ("onnxruntime", "generated code"):
+            nan, inf = self.nan[side], self.inf[side]
+            if nan or inf:
+                what = " and ".join([f"{nan} NaN"] * bool(nan) + [f"{inf} Inf"] * bool(inf))
+                return OutputMetrics(self.name, math.nan, math.nan, math.nan, math.nan, None, f"{side} has {what}")
+        rel = self.max_abs / self.scale if self.scale > 0 else (0.0 if self.max_abs == 0 else math.inf)
+        na, nr = math.sqrt(self.norm_a), math.sqrt(self.norm_r)
+        if na == 0 and nr == 0:
+            cosine = 1.0
+        elif na == 0 or nr == 0:
+            cosine = 0.0
+        else:
+            cosine = self.dot / (na * nr)
+        return OutputMetrics(self.name, self.max_abs, rel, self.sum_abs / self.count if self.count else 0.0, cosine, None)
+
+
+@dataclass
+class TensorDiff:
+    """One statement output of the generated code against the same ONNX tensor."""
+
+    tensor: str
+    var: str
+    line: int
+    node: str
+    op: str
+    origin: list[str]
+    inputs: list[str]
+    metrics: OutputMetrics | None = None
+    problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    def to_dict(self) -> dict:
+        return {
+            "tensor": self.tensor,
+            "var": self.var,
+            "line": self.line,
+            "node": self.node,
+            "op": self.op,
+            "origin": self.origin,
+            "inputs": self.inputs,
+            "ok": self.ok,
+            "problem": self.problem,
+            "metrics": self.metrics.to_dict() if self.metrics else None,
+        }
+
+
+@dataclass
+class DiffReport:
+    stage: str
+    code_file: Path  # the stage's network.py as the user finds it
+    samples: int
+    tolerance: Tolerance
+    tensors: list[TensorDiff]
+    first: TensorDiff | None
+    code: str = ""  # the culprit's source line
+    onnx_nodes: list[dict] = field(default_factory=list)  # the culprit's ONNX nodes with attributes
+    not_compared: list[str] = field(default_factory=list)  # tensor_map tensors not on both sides
+    graph_inputs: list[str] = field(default_factory=list)
+
+    @property
+    def inherited(self) -> list[TensorDiff]:
+        return [t for t in self.tensors if not t.ok and t is not self.first]
+
+    def location(self) -> str:
+        return f"{self.code_file}:{self.first.line}" if self.first else ""
+
+    def summary(self) -> str:
+        """One sentence for failure messages."""
+        if self.first is None:
+            return f"every tensor of the generated code is within tolerance of onnxruntime ({len(self.tensors)} compared)"
+        t = self.first
+        return f"first diverging node: {t.op} {t.node!r} at {self.location()} ({self.code.strip()}): {t.problem}"
+
+    def to_dict(self) -> dict:
+        by_var = {t.tensor: t for t in self.tensors}
+        first = None
+        if self.first is not None:
+            first = {
+                **self.first.to_dict(),
+                "file": str(self.code_file),
+                "code": self.code.strip(),
+                "onnx_nodes": self.onnx_nodes,
+                "input_metrics": {i: by_var[i].metrics.to_dict() for i in self.first.inputs if i in by_var and by_var[i].metrics},
+            }
+        return {
+            "stage": self.stage,
+            "file": str(self.code_file),
+            "samples": self.samples,
+            "tolerance": {"rel_error": self.tolerance.rel_error, "cosine": self.tolerance.cosine},
+            "compared": len(self.tensors),
+            "out_of_tolerance": sum(not t.ok for t in self.tensors),
+            "first": first,
+            "summary": self.summary(),
+            "not_compared": self.not_compared,
+            "tensors": [t.to_dict() for t in self.tensors],
+        }
+
+
+# --- the probe --------------------------------------------------------------------------------
+
+
+def _construct(source: str) -> ast.FunctionDef:
+    tree = ast.parse(source)
+    construct = next(
+        (f for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "construct"),
+        None,
+    )
+    if construct is None or not isinstance(construct.body[-1], ast.Return):
+        raise Torch2msError("network.py: no `construct` method ending in `return` to probe", hint="the file was edited; re-generate it with `torch2ms convert --from rebuild`")
+    return construct
+
+
+def statement_lines(source: str) -> dict[str, int]:
+    """Variable -> line of the ``construct`` statement assigning it (each is assigned once)."""
+    lines = {}
+    for st in _construct(source).body:
+        if isinstance(st, ast.Assign):
+            for target in st.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        lines.setdefault(name.id, st.lineno)
+    return lines
+
+
+def probe_source(source: str, variables: list[str]) -> str:
+    """``source`` with ``construct`` returning ``variables`` (a tuple) instead of the outputs.
+
+    Only the lines of the final ``return`` change (the first becomes the new return, the rest
+    blank), so every other statement keeps its line number.
+    """
+    ret = _construct(source).body[-1]
+    lines = source.splitlines()
+    indent = lines[ret.lineno - 1][: ret.col_offset]
+    lines[ret.lineno - 1 : ret.end_lineno] = [f"{indent}return ({', '.join(variables)},)"] + [""] * (ret.end_lineno - ret.lineno)
+    return "\n".join(lines) + "\n"
+
+
+def load_probe(stage_dir: Path, variables: list[str], tag: str):
+    """The stage's network with the probe's ``construct``, weights from its ``network.ckpt``."""
+    path = stage_dir / "network.py"
+    source = probe_source(path.read_text(), variables)
+    name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated code
+        return module.build(str(stage_dir / "network.ckpt"))
+    finally:
+        sys.modules.pop(name, None)
+
+
+# --- the two sides ----------------------------------------------------------------------------
+
+
+def _onnx_nodes(model) -> dict[str, dict]:
+    """Node name (as the IR names it) -> op type and attributes, for the report."""
+    from torch2ms.graph.load import _attr_value
+
+    out = {}
+    for i, n in enumerate(model.graph.node):
+        attrs = {}
+        for a in n.attribute:
+            v = _attr_value(a)
+            attrs[a.name] = v.tolist() if isinstance(v, np.ndarray) and v.size <= 16 else (f"<tensor {list(v.shape)}>" if isinstance(v, np.ndarray) else v)
+        out[n.name or f"{n.op_type}_{i}"] = {"node": n.name or f"{n.op_type}_{i}", "op": n.op_type, "attributes": attrs, "inputs": list(n.input), "outputs": list(n.output)}
+    return out
+
+
+def _entry_inputs(entry: dict, nodes: dict[str, dict], constants: set[str]) -> list[str]:
+    """The ONNX tensors a statement reads: from tensor_map, or for a map written before it
+    recorded them, the inputs of its ONNX nodes that none of them produces."""
+    if "inputs" in entry:
+        return list(entry["inputs"])
+    origin = [nodes[n] for n in entry.get("origin", [entry["node"]]) if n in nodes]
+    inner = {o for n in origin for o in n["outputs"]}
+    return [i for n in origin for i in n["inputs"] if i and i not in inner and i not in constants]
+
+
+def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarray]], tolerance: Tolerance, stage: str, display_dir: Path | None = None) -> DiffReport:
+    """Compare every tensor of the stage's generated code with onnxruntime; find the culprit."""
+    import onnx
+
+    from torch2ms import msutil
+    from torch2ms.graph.load import session_with_outputs
+
+    from torch2ms.pipeline.workspace import sha256_file
+
+    tol = Tolerance(tolerance.rel_error, tolerance.cosine, 0.0)
+    source = (stage_dir / "network.py").read_text()
+    made_from = re.search(r"\(sha256 ([0-9a-f]{16}), opset", source)
+    if made_from and not sha256_file(onnx_path).startswith(made_from.group(1)):
+        raise Torch2msError(
+            f"{stage_dir / 'network.py'} was generated from another ONNX file than {onnx_path} (sha256 {made_from.group(1)}...)",
+            hint=f"the export changed since; run `torch2ms convert` again so that the {stage} stage is regenerated",
+        )
+    entries = json.loads((stage_dir / "tensor_map.json").read_text())
+    model = onnx.load(str(onnx_path))
+    nodes = _onnx_nodes(model)
+    produced = {o for n in model.graph.node for o in n.output if o}
+    constants = {t.name for t in model.graph.initializer}
+    compared = [e for e in entries if e["tensor"] in produced]
+    not_compared = [e["tensor"] for e in entries if e["tensor"] not in produced]
+    names = list(dict.fromkeys(e["tensor"] for e in compared))
+    variables = list(dict.fromkeys(e["var"] for e in compared))
+    if not compared:
+        raise Torch2msError(f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to compare")
+
+    sess = session_with_outputs(model, names)
+    ms = msutil.mindspore()
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        cell = load_probe(stage_dir, variables, stage)
+        acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
+        for sample in samples:
+            reference = dict(zip(names, sess.run(names, sample)))
+            values = cell(*[ms.Tensor(v) for v in sample.values()])
+            captured = dict(zip(variables, values))
+            for e in compared:
+                value = captured[e["var"]]
+                acc[e["tensor"]].add(value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]])
+    finally:
+        ms.set_context(mode=mode)
+
+    lines = statement_lines(source)  # from the code itself: older tensor maps counted the header as one line
+    tensors = []
+    for e in compared:
+        a = acc[e["tensor"]]
+        m = None if a.problem else a.metrics()
+        t = TensorDiff(e["tensor"], e["var"], lines.get(e["var"], e["line"]), e["node"], e["op"], e.get("origin", [e["node"]]), _entry_inputs(e, nodes, constants), m)
+        t.problem = a.problem or "; ".join(tol.violations(m))
+        tensors.append(t)
+    ok = {t.tensor: t.ok for t in tensors}
+    first = next((t for t in tensors if not t.ok and all(ok.get(i, True) for i in t.inputs)), None)
+    first = first or next((t for t in tensors if not t.ok), None)
+    code_file = (display_dir or stage_dir) / "network.py"
+    graph_inputs = [i.name for i in model.graph.input if i.name not in constants]
+    report = DiffReport(stage, code_file, len(samples), tol, tensors, first, not_compared=not_compared, graph_inputs=graph_inputs)
+    if first is not None:
+        report.code = source.splitlines()[first.line - 1]
+        report.onnx_nodes = [{k: v for k, v in nodes[n].items() if k in ("node", "op", "attributes")} for n in first.origin if n in nodes]
+    return report
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def _attrs_text(attrs: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attrs.items()) or "no attributes"
+
+
+def _fmt(m: OutputMetrics | None) -> str:
+    if m is None:
+        return "-"
+    if m.nonfinite:
+        return m.nonfinite
+    return f"max abs {m.max_abs:.3g}, rel error {m.rel_error:.3g}, cosine {m.cosine:.7f}"
+
+
+def render_text(report: DiffReport) -> str:
+    tol = report.tolerance
+    lines = [
+        f"{report.stage}: {len(report.tensors)} tensors of the generated code compared with onnxruntime on {report.samples} sample(s) "
+        f"(rel error <= {tol.rel_error:g}, cosine >= {tol.cosine})"
+    ]
+    t = report.first
+    if t is None:
+        lines.append("no diverging node: every tensor is within tolerance")
+        return "\n".join(lines)
+    by_tensor = {x.tensor: x for x in report.tensors}
+    lines += [
+        f"first diverging node: {t.op} {t.node} (computes {t.tensor!r})",
+        f"  code:   {report.location()}",
+        f"          {report.code.strip()}",
+        f"  error:  {_fmt(t.metrics)}" + (f" ({t.problem})" if t.metrics is None or not t.metrics.nonfinite else ""),
+    ]
+    for i in t.inputs:
+        src = by_tensor.get(i)
+        what = f"({src.var}): {_fmt(src.metrics)}" if src else "(a graph input)" if i in report.graph_inputs else "(not compared)"
+        lines.append(f"  input:  {i!r} {what}")
+    for k, n in enumerate(report.onnx_nodes):
+        lines.append(f"  {'onnx:' if k == 0 else '':<7} {n['node']} ({n['op']}: {_attrs_text(n['attributes'])})")
+    rest = report.inherited
+    if rest:
+        lines.append(f"  after it: {len(rest)} more tensor(s) out of tolerance, inherited (last: {rest[-1].var}, {_fmt(rest[-1].metrics)})")
+    return "\n".join(lines)
+
+
+def render_markdown(report: DiffReport) -> str:
+    lines = [f"# Divergence localization: stage {report.stage}", "", "```", render_text(report), "```", "", "| line | variable | op | node | tensor | result |", "|---:|---|---|---|---|---|"]
+    for t in report.tensors:
+        mark = "**first divergence**: " if t is report.first else ""
+        lines.append(f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | {mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} |")
+    if report.not_compared:
+        lines += ["", f"Not compared (not an ONNX node output): {', '.join(report.not_compared)}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_diff(report: DiffReport, folder: Path) -> list[Path]:
+    from torch2ms.pipeline.workspace import atomic_write_text, write_json
+
+    paths = [folder / "diff.json", folder / "diff.md"]
+    write_json(paths[0], report.to_dict())
+    atomic_write_text(paths[1], render_markdown(report))
+    return paths
