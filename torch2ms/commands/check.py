@@ -95,4 +95,4 @@ def check(
         raise UnsupportedOpsError(format_problems(problems, str(path), graph.opset), problems)
     counts = graph.op_counts()
     listing = ", ".join(f"{op} x{n}" for op, n in counts.items())
-    out_console.print(f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: {listing}", highlight=False)
+    out_console.print(f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: {listing}", highlight=False, soft_wrap=True)

@@ -57,7 +57,7 @@ def diff(
         paths = write_diff(report, stage_dir)
     finally:
         run_dir.unlock()
-    out_console.print(render_text(report), highlight=False, markup=False)
+    out_console.print(render_text(report), highlight=False, markup=False, soft_wrap=True)  # file:line stays on one line
     console.print(f"diff: {paths[0]}  {paths[1]}", highlight=False)
     if report.first is not None:
         raise typer.Exit(EXIT_CHECK_FAILED)
