@@ -19,7 +19,7 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from random_nets import build, net_specs
@@ -70,7 +70,6 @@ def assert_converts_equivalently(spec: dict, opset: int, root) -> None:
 @given(spec=net_specs(), opset=st.sampled_from(OPSETS))
 def test_random_network_converts_equivalently(spec, opset, tmp_path_factory):
     note(f"opset {opset}, spec {json.dumps(spec)}")
-    assume(known_bug(spec) is None)  # those are REGRESSIONS (strict xfail: they fail loudly once fixed)
     assert_converts_equivalently(spec, opset, tmp_path_factory.mktemp("random"))
 
 
@@ -101,14 +100,9 @@ def test_strategy_draws_every_block_kind_and_valid_shapes():
 
 # Networks hypothesis found failing, kept as explicit cases (spec, opset, xfail reason or None).
 _STEM = {"type": "conv", "out": 1, "k": 1, "stride": 1, "pad": 0, "dil": 1, "groups": 1, "bias": False, "bn": False, "act": None}
-RESIZE_SCALE_NOT_INTEGRAL = (
-    "converters/resize.py: bilinear Resize by scales (align_corners=False) is emitted as ops.interpolate(size=out) "
-    "and MindSpore maps pixels with in/out, while PyTorch/ONNX map them with the given scale; they differ whenever "
-    "in * scale is not an integer (e.g. 13 * 0.5 -> 6)"
-)
 REGRESSIONS: list[tuple[dict, int, str | None]] = [
-    ({"h": 12, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}], "classes": None}, 11, RESIZE_SCALE_NOT_INTEGRAL),
-    ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 1.5}], "classes": None}, 17, RESIZE_SCALE_NOT_INTEGRAL),
+    ({"h": 12, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}], "classes": None}, 11, None),  # bilinear by a scale with 13 * 0.5 not integral: was mapped with in/out
+    ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 1.5}], "classes": None}, 17, None),
     # same sizes, but integral or align_corners=True: these convert correctly
     ({"h": 12, "w": 14, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}], "classes": None}, 17, None),
     ({"h": 12, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": True, "scale": 0.5}], "classes": None}, 17, None),
@@ -116,28 +110,6 @@ REGRESSIONS: list[tuple[dict, int, str | None]] = [
     ({"h": 12, "w": 12, "in_ch": 3, "blocks": [_STEM, {"type": "maxpool", "k": 1, "stride": 1, "pad": 0, "ceil": True}], "classes": None}, 11, None),  # MaxPool ceil_mode without pads: was refused by MindSpore
     ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "maxpool", "k": 2, "stride": 2, "pad": 0, "ceil": True}], "classes": None}, 17, None),
 ]
-
-
-def known_bug(spec: dict) -> str | None:
-    """A reason when ``spec`` hits a bug already kept in REGRESSIONS (so the long run looks further)."""
-    def blocks(bs):
-        for b in bs:
-            yield b
-            yield from blocks(b.get("body", []) + b.get("branches", []))
-
-    import torch
-
-    from random_nets import make_block
-
-    x, ch = torch.zeros(1, 3, spec["h"], spec["w"]), 3
-    for b in spec["blocks"]:
-        if b["type"] == "resize" and b.get("scale") and not b["align_corners"]:
-            if any(d * b["scale"] != int(d * b["scale"]) for d in x.shape[2:]):
-                return RESIZE_SCALE_NOT_INTEGRAL
-        module, ch = make_block(b, ch)
-        with torch.no_grad():
-            x = module.eval()(x)
-    return None
 
 
 @pytest.mark.parametrize(
