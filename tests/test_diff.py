@@ -160,6 +160,8 @@ def test_wrong_folded_bias_is_localized_to_that_conv_in_the_fold_stage(tmp_path,
     assert first["onnx_nodes"][0] == {"node": "/block/block.0/Conv", "op": "Conv", "attributes": expected}
     assert expected["kernel_shape"] == [3, 3] and expected["pads"] == [1, 1, 1, 1]
     assert [n["op"] for n in first["onnx_nodes"]] == ["Conv", "BatchNormalization", "Clip"]
+    eps = next(a.f for a in onnx_node(onnx_path, "/block/block.1/BatchNormalization").attribute if a.name == "epsilon")
+    assert first["onnx_nodes"][1]["attributes"]["epsilon"] == 1e-05 == float(str(np.float32(eps)))  # not 9.99999974e-06
     assert diff["tensors"][0]["node"] == "/stem/stem.0/Conv" and diff["tensors"][0]["ok"]  # the first conv is fine
 
 

@@ -226,16 +226,24 @@ def load_probe(stage_dir: Path, variables: list[str], tag: str):
 # --- the two sides ----------------------------------------------------------------------------
 
 
+def _plain(v):
+    """An attribute value for the report: ONNX floats are float32, so 1e-05, not 9.9999997e-06."""
+    if isinstance(v, np.ndarray):
+        return _plain(v.tolist()) if v.size <= 16 else f"<tensor {list(v.shape)}>"
+    if isinstance(v, float):
+        return float(str(np.float32(v))) if math.isfinite(v) else str(v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
 def _onnx_nodes(model) -> dict[str, dict]:
     """Node name (as the IR names it) -> op type and attributes, for the report."""
     from torch2ms.graph.load import _attr_value
 
     out = {}
     for i, n in enumerate(model.graph.node):
-        attrs = {}
-        for a in n.attribute:
-            v = _attr_value(a)
-            attrs[a.name] = v.tolist() if isinstance(v, np.ndarray) and v.size <= 16 else (f"<tensor {list(v.shape)}>" if isinstance(v, np.ndarray) else v)
+        attrs = {a.name: _plain(_attr_value(a)) for a in n.attribute}
         out[n.name or f"{n.op_type}_{i}"] = {"node": n.name or f"{n.op_type}_{i}", "op": n.op_type, "attributes": attrs, "inputs": list(n.input), "outputs": list(n.output)}
     return out
 
