@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch2ms.codegen.builder import literal
 from torch2ms.converters.registry import Unsupported, converter
 
 _MS_DTYPE = {1: "ms.float32", 6: "ms.int32", 7: "ms.int64", 9: "ms.bool_", 10: "ms.float16", 11: "ms.float64", 2: "ms.uint8", 3: "ms.int8"}
@@ -17,8 +18,8 @@ _MS_DTYPE = {1: "ms.float32", 6: "ms.int32", 7: "ms.int64", 9: "ms.bool_", 10: "
 @converter("Concat", since=4)
 def concat(em, *, axis):
     """Concat(inputs...) -> concat_result   attrs: axis"""
-    parts = ", ".join(em.x(i) for i in range(em.n_inputs()))
-    return f"ops.concat(({parts},), axis={int(axis)})"
+    parts = [em.x(i) for i in range(em.n_inputs())]
+    return f"ops.concat(({', '.join(parts)}{',' if len(parts) == 1 else ''}), axis={int(axis)})"
 
 
 @converter("Reshape", since=5)
@@ -51,13 +52,24 @@ def split(em, *, axis=0, split=None, num_outputs=None):  # noqa: ARG001 - sizes 
     """Split(input, split?) -> outputs...   attrs: axis (split sizes read from the static output shapes)"""
     axis = int(axis) % em.rank(0)
     sizes = tuple(int(em.graph.values[o].shape[axis]) for o in em.node.outputs)
+    if len(sizes) == 1:
+        return em.x(0)  # ops.split would return a 1-tuple
     return f"ops.split({em.x(0)}, {sizes!r}, axis={axis})"
 
 
-def _index_expr(x: str, rank: int, per_axis: dict[int, str]) -> str:
+def _index_expr(x: str, per_axis: dict[int, str]) -> str:
     last = max(per_axis)
     items = [per_axis.get(a, ":") for a in range(last + 1)]
     return f"{x}[{', '.join(items)}]"
+
+
+def _slice_text(lo: int, hi: int, step: int) -> str:
+    """Python slice text for ``range(lo, hi, step)`` over an axis (``slice.indices`` output)."""
+    if step < 0 and hi < 0:
+        hi_text = ""  # runs down to index 0; a written -1 would mean the last element
+    else:
+        hi_text = str(hi)
+    return f"{lo}:{hi_text}" + (f":{step}" if step != 1 else "")
 
 
 @converter("Slice", since=10)
@@ -72,14 +84,12 @@ def slice_(em):
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = a % len(shape)
         lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])
-        if step < 0:
-            raise Unsupported("negative steps not supported")
         if (lo, hi, step) == (0, shape[a], 1):
             continue
-        per_axis[a] = f"{lo}:{hi}" + (f":{step}" if step != 1 else "")
+        per_axis[a] = _slice_text(lo, hi, step)
     if not per_axis:
         return em.x(0)
-    return _index_expr(em.x(0), len(shape), per_axis)
+    return _index_expr(em.x(0), per_axis)
 
 
 @converter("Gather", since=1)
@@ -89,7 +99,7 @@ def gather(em, *, axis=0):
     axis = int(axis) % em.rank(0)
     if idx.ndim == 0:
         i = int(idx) % em.shape(0)[axis]
-        return _index_expr(em.x(0), em.rank(0), {axis: str(i)})
+        return _index_expr(em.x(0), {axis: str(i)})
     idx = np.where(idx < 0, idx + em.shape(0)[axis], idx)
     return f"ops.gather({em.x(0)}, {em.tensor(idx.astype(np.int32), 'indices')}, {axis})"
 
@@ -117,21 +127,42 @@ def tile(em):
 
 @converter("Pad", since=11)
 def pad(em, *, mode="constant"):
-    """Pad(data, pads, constant_value?, axes?) -> output   attrs: mode"""
+    """Pad(data, pads, constant_value?, axes?) -> output   attrs: mode
+
+    Negative pads crop: they become a slice first (MindSpore's ops.pad gives wrong values for
+    negative padding once another pad has run). ``reflect``/``edge`` pad the spatial axes only.
+    """
     if mode not in ("constant", "reflect", "edge"):
         raise Unsupported(f"mode={mode!r} not supported")
-    if em.has_input(3):
-        raise Unsupported("the axes input is not supported")
-    pads = [int(p) for p in em.require_const(1, "pads")]
     rank = em.rank(0)
-    begins, ends = pads[:rank], pads[rank:]
+    given = [int(p) for p in em.require_const(1, "pads")]
+    axes = [int(a) % rank for a in em.require_const(3, "axes")] if em.has_input(3) else list(range(rank))
+    begins, ends = [0] * rank, [0] * rank
+    for k, a in enumerate(axes):
+        begins[a], ends[a] = given[k], given[len(axes) + k]
+    x = em.x(0)
+    shape = em.shape(0)
+    crops = {a: f"{-min(b, 0)}:{shape[a] + min(e, 0)}" for a, (b, e) in enumerate(zip(begins, ends)) if b < 0 or e < 0}
+    if crops:
+        x = _index_expr(x, crops)
+    begins, ends = [max(b, 0) for b in begins], [max(e, 0) for e in ends]
     # ops.pad takes (last_begin, last_end, second_last_begin, ...) like torch.nn.functional.pad.
     torch_pads = []
     for a in reversed(range(rank)):
         torch_pads += [begins[a], ends[a]]
-    while len(torch_pads) > 2 and torch_pads[-2:] == [0, 0]:
-        torch_pads = torch_pads[:-2]
-    value = float(em.const(2).item()) if em.has_input(2) and em.const(2) is not None and em.const(2).size else 0.0
-    ms_mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[mode]
-    extra = f", value={value!r}" if mode == "constant" and value != 0.0 else ""
-    return f'ops.pad({em.x(0)}, {tuple(torch_pads)!r}, mode="{ms_mode}"{extra})'
+    if mode == "constant":
+        while len(torch_pads) > 2 and torch_pads[-2:] == [0, 0]:
+            torch_pads = torch_pads[:-2]
+    else:
+        if rank not in (3, 4, 5) or any(torch_pads[2 * (rank - 2):]):
+            raise Unsupported(f"mode={mode!r} pads the spatial axes of a 3-D to 5-D input only")
+        torch_pads = torch_pads[: 2 * (rank - 2)]  # MindSpore wants exactly the spatial axes
+    if not any(torch_pads):
+        return x
+    value = em.require_const(2, "constant_value") if em.has_input(2) else None
+    value = float(value.item()) if value is not None and value.size else 0.0
+    if mode == "constant":
+        extra = f", value={literal(value)}" if value != 0.0 else ""
+    else:
+        extra = f', mode="{"replicate" if mode == "edge" else mode}"'
+    return f"ops.pad({x}, {tuple(torch_pads)!r}{extra})"
