@@ -1,6 +1,8 @@
 """Per-op test harness: a one- or few-node ONNX model, onnxruntime as the oracle, and the real
 conversion path (``graph/load.py`` -> passes -> converters -> ``network.py`` + checkpoint ->
-``msutil.build_network``) run in MindSpore PyNative mode.
+``msutil.build_network``) run in MindSpore PyNative mode, and in GRAPH mode too for the first
+case of every test function (all cases with ``TORCH2MS_OP_TEST_MODES=pynative,graph``; see
+conftest.py).
 
 A test describes the node and its inputs::
 
@@ -111,21 +113,33 @@ def load(model: onnx.ModelProto, feeds: dict[str, np.ndarray], passes=()):
     return graph, fired
 
 
-def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple[list[np.ndarray], str]:
-    """Generate network.py + network.ckpt into ``out_dir``, build it, run it on ``feeds``."""
+# Which MindSpore modes a test runs the generated network in; set per test by conftest.py.
+MODES = ["pynative"]
+
+
+def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple[dict[str, list[np.ndarray]], str]:
+    """Generate network.py + network.ckpt into ``out_dir``, build it, run it on ``feeds`` in
+    every mode of ``MODES``; returns {mode: outputs} and the source."""
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net = convert_graph(graph, "Network", "model.onnx", "0" * 64, "op-test")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "network.py").write_text(net.source)
     ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in net.params.items()], str(out_dir / "network.ckpt"))
-    if net.params:
-        cell = msutil.build_network(out_dir, "optest")
-    else:  # the generated build() loads a checkpoint, and MindSpore refuses an empty one
-        cell = getattr(msutil.load_network_module(out_dir / "network.py", "optest"), net.class_name)()
-        cell.set_train(False)
-    outs = msutil.run_cell(cell, [{k: feeds[k] for k in graph.inputs}], [f"o{j}" for j in range(len(graph.outputs))])[0]
-    return list(outs.values()), net.source
+    results = {}
+    try:
+        for mode in MODES:
+            ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+            if net.params:
+                cell = msutil.build_network(out_dir, "optest")
+            else:  # the generated build() loads a checkpoint, and MindSpore refuses an empty one
+                cell = getattr(msutil.load_network_module(out_dir / "network.py", "optest"), net.class_name)()
+                cell.set_train(False)
+            outs = msutil.run_cell(cell, [{k: feeds[k] for k in graph.inputs}], [f"o{j}" for j in range(len(graph.outputs))])[0]
+            results[mode] = list(outs.values())
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    return results, net.source
 
 
 def assert_close(actual: np.ndarray, ref: np.ndarray, rel_tol: float, where: str) -> None:
@@ -167,20 +181,24 @@ def check_op(
     expected = run_ort(model, feeds)
     graph, _ = load(model, feeds, passes)
     assert [n.op_type for n in graph.nodes] == (expect_nodes if expect_nodes is not None else [op_type]), "the node was folded or rewritten"
-    actual, source = convert_and_run(graph, feeds, tmp_path / "net")
-    assert len(actual) == len(expected)
-    for j, (a, r) in enumerate(zip(actual, expected)):
-        assert_close(a, r, rel_tol, f"{op_type} {attrs or {}} output {j}\n{_construct(source)}")
+    results, source = convert_and_run(graph, feeds, tmp_path / "net")
+    for mode, actual in results.items():
+        assert len(actual) == len(expected)
+        for j, (a, r) in enumerate(zip(actual, expected)):
+            assert_close(a, r, rel_tol, f"{op_type} {attrs or {}} output {j} ({mode} mode)\n{_construct(source)}")
     return source
 
 
-def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *, passes=(), rel_tol: float = REL_TOL) -> tuple[str, dict]:
+def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *, passes=(), rel_tol: float = REL_TOL, expect_nodes: list[str] | None = None) -> tuple[str, dict]:
     """Like ``check_op`` for a hand-built multi-node model; returns (source, pass fire counts)."""
     expected = run_ort(model, feeds)
     graph, fired = load(model, feeds, passes)
-    actual, source = convert_and_run(graph, feeds, tmp_path / "net")
-    for j, (a, r) in enumerate(zip(actual, expected)):
-        assert_close(a, r, rel_tol, f"output {j}\n{_construct(source)}")
+    if expect_nodes is not None:
+        assert [n.op_type for n in graph.nodes] == expect_nodes
+    results, source = convert_and_run(graph, feeds, tmp_path / "net")
+    for mode, actual in results.items():
+        for j, (a, r) in enumerate(zip(actual, expected)):
+            assert_close(a, r, rel_tol, f"output {j} ({mode} mode)\n{_construct(source)}")
     return source, fired
 
 

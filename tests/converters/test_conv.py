@@ -116,7 +116,7 @@ def test_conv_bn_act(name, fold, tmp_path):
     act, conv_attrs, kw = FUSED_CASES[name]
     model, feeds = conv_bn_act_model(act, conv_attrs, **kw)
     passes = [FuseConvBnAct()] + ([FoldBatchNorm()] if fold else [])
-    source, fired = check_model(model, feeds, tmp_path, passes=passes, rel_tol=2e-5)
+    source, fired = check_model(model, feeds, tmp_path, passes=passes, rel_tol=2e-5, expect_nodes=["ConvBnAct"])
     assert fired["fuse_conv_bn_act"] == 1
     assert fired.get("fold_batchnorm", 0) == int(fold)
     assert "nn.Conv2dBnAct(" in source
@@ -128,6 +128,6 @@ def test_conv_bn_act(name, fold, tmp_path):
 def test_conv_bn_folded_without_fusion(bias, tmp_path):
     """Conv -> BatchNormalization folded into one nn.Conv2d (fusion off)."""
     model, feeds = conv_bn_act_model(None, {"pads": [1, 1, 1, 1]}, bias=bias)
-    source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5)
+    source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5, expect_nodes=["Conv"])
     assert fired == {"fold_batchnorm": 1}
     assert "nn.Conv2d(" in source and "BatchNorm" not in source.split('"""', 2)[2]

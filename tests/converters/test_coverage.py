@@ -1,0 +1,35 @@
+"""Every registered converter has a test against onnxruntime in this folder ("a converter without
+a test is not done"), and an attribute a converter does not know is refused by name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers import load, make_model, x
+
+from torch2ms.codegen.builder import CodeBuilder, Emitter
+from torch2ms.converters.activation import UNARY
+from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC
+from torch2ms.converters.reduce import REDUCTIONS
+from torch2ms.converters.registry import analyse, registrations
+
+HERE = Path(__file__).parent
+# Ops tested through a table the test module imports rather than by name.
+TABLES = set(UNARY) | set(OPERATORS) | set(FUNCTIONS) | set(VARIADIC) | set(REDUCTIONS)
+
+
+def test_every_registered_converter_is_tested():
+    text = "\n".join(p.read_text() for p in HERE.glob("test_*.py"))
+    named = set(re.findall(r'"([A-Z][A-Za-z0-9]+)"', text))
+    untested = sorted({r.op_type for r in registrations()} - named - TABLES)
+    assert not untested, f"converters without a test in tests/converters: {untested}"
+
+
+def test_unknown_attribute_is_refused_by_name():
+    """onnxruntime rejects unknown attributes itself, so one is added after loading."""
+    model, feeds = make_model("Relu", [x(2, 3)])
+    graph, _ = load(model, feeds)
+    graph.nodes[0].attrs["made_up"] = 1
+    problems = analyse(graph, lambda node: Emitter(CodeBuilder(graph, "Network"), node))
+    assert [p.reason for p in problems] == ["attribute 'made_up' not supported"]
