@@ -58,6 +58,14 @@ def test_binary_int64(op, tmp_path):
     check_op(op, [x(data=a), x(data=b)], {}, tmp_path)
 
 
+@pytest.mark.parametrize("dtype, fmod", [(np.int64, 0), (np.int64, 1), (np.float32, 1)])  # float Mod needs fmod=1
+def test_mod(dtype, fmod, tmp_path):
+    a = np.array([[7, -7, 9, -9, 0, 5]], dtype) + (0.5 if dtype == np.float32 else 0)
+    b = np.array([3, 3, -4, -4, 3, -2], dtype)
+    check_op("Mod", [x(data=a.astype(dtype)), x(data=b)], {"fmod": fmod}, tmp_path / "var")
+    check_op("Mod", [x(data=a.astype(dtype)), const(dtype(3))], {"fmod": fmod}, tmp_path / "const")
+
+
 def test_int_div_by_constant(tmp_path):
     check_op("Div", [x(data=np.array([7, -7, 9, -9, 0], np.int64)), const(np.int64(2))], {}, tmp_path)
 

@@ -3,7 +3,7 @@ one exists (``a + b``), so the generated code reads like hand-written MindSpore.
 
 ONNX ``Div`` on integers truncates toward zero, while ``/`` on MindSpore integer tensors is true
 division (a float result): integer Div is ``ops.div(..., rounding_mode="trunc")``. ``Max``,
-``Min`` and ``Sum`` take one or more inputs.
+``Min`` and ``Sum`` take one or more inputs. ONNX ``Mod`` on floats needs ``fmod=1``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,13 @@ def div(em):
     if em.value(0).dtype is not None and em.value(0).dtype.kind in "iu":
         return f'ops.div({em.operand(0)}, {em.operand(1)}, rounding_mode="trunc")'
     return f"{em.operand(0)} / {em.operand(1)}"
+
+
+@converter("Mod", since=10)
+def mod(em, *, fmod=0):
+    """Mod(A, B) -> C   attrs: fmod (0: the result has B's sign, like Python's %; 1: A's, like C's fmod)"""
+    fn = "ops.fmod" if fmod else "ops.remainder"
+    return f"{fn}({em.x(0)}, {em.operand(1)})"
 
 
 @converter("Sum", since=8)
