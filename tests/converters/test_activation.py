@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check_op, check_unsupported, const, f32, rand, x
 
+from converters.helpers import check_op, check_unsupported, const, f32, rand, x
 from torch2ms.converters.activation import UNARY
 
 # Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal).

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import check_model, check_op, check_unsupported, const, rand, x
 from onnx import TensorProto, helper, numpy_helper
 
+from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
 from torch2ms.passes import FoldBatchNorm, FuseConvBnAct
 
 # (input shape, out channels, attrs): kernels, strides, dilations, groups, pads as in the zoo and past it

@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import load, make_model, x
-
+from converters.helpers import load, make_model, x
 from torch2ms.codegen.builder import CodeBuilder, Emitter
 from torch2ms.converters.activation import UNARY
 from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC

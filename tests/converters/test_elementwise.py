@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check_op, const, rand, x
 
+from converters.helpers import check_op, const, rand, x
 from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC
 
 # (A, B) shape pairs: same shape, trailing-axis, per-channel, both sides broadcasting, rank 0

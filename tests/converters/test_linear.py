@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import check_op, check_unsupported, const, rand, x
+
+from converters.helpers import check_op, check_unsupported, const, rand, x
 
 
 def _gemm_inputs(m, k, n, trans_a, trans_b, c_shape):

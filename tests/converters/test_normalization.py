@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check_op, check_unsupported, const, i64, rand, x
 
+from converters.helpers import check_op, check_unsupported, const, i64, rand, x
 from torch2ms.converters.reduce import REDUCTIONS
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import check_op, check_unsupported, x
+
+from converters.helpers import check_op, check_unsupported, x
 
 # (input H, W, attrs): kernels, strides, symmetric/asymmetric pads, ceil_mode, auto_pad
 POOL_CASES = {

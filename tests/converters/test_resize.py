@@ -4,7 +4,8 @@ converter accepts, sizes and scales (integral and not), up and down, and the ref
 from __future__ import annotations
 
 import pytest
-from helpers import check_op, check_unsupported, const, f32, i64, x
+
+from converters.helpers import check_op, check_unsupported, f32, i64, x
 
 LINEAR_CTMS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
 # (input H, W, scales or None, sizes or None)

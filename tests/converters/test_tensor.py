@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check_op, check_unsupported, const, i64, rand, x
+
+from converters.helpers import check_op, check_unsupported, const, i64, rand, x
 
 INT64_MAX = np.iinfo(np.int64).max
 
