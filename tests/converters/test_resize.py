@@ -70,6 +70,12 @@ def test_resize_generated_code_uses_interpolate_when_it_is_exact(tmp_path):
     assert 'ops.interpolate(in0, size=(10, 12), mode="bilinear", align_corners=False)' in src
     src = check_op("Resize", _inputs((13, 13), (0.5, 0.5), None, 17), {"mode": "linear"}, tmp_path / "b")
     assert "ops.interpolate" not in src and "ops.matmul" in src
+    # segmentation-head sizes: float32 rounding of large coordinates must not lose the shortcut
+    # (and shows in the values: MindSpore and onnxruntime round them differently, 1.4e-5 measured)
+    src = check_op("Resize", _inputs((33, 65), None, (257, 513), 17), {"mode": "linear"}, tmp_path / "c", rel_tol=5e-5)
+    assert 'ops.interpolate(in0, size=(257, 513), mode="bilinear", align_corners=False)' in src
+    src = check_op("Resize", _inputs((33, 65), None, (257, 513), 17), {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, tmp_path / "d", rel_tol=5e-5)
+    assert 'ops.interpolate(in0, size=(257, 513), mode="bilinear", align_corners=True)' in src
 
 
 @pytest.mark.parametrize(

@@ -106,13 +106,20 @@ def _scales(em, axes, keep_aspect_ratio_policy) -> list[float]:
             full[a] = float(s)
         return full
     sizes = em.require_const(3, "sizes").tolist()
-    ratios = [sizes[i] / in_shape[a] for i, a in enumerate(axes)]
-    if keep_aspect_ratio_policy != "stretch":
-        common = min(ratios) if keep_aspect_ratio_policy == "not_larger" else max(ratios)
-        ratios = [common] * len(axes)
-    for a, r in zip(axes, ratios):
-        full[a] = float(np.float32(out_shape[a]) / np.float32(in_shape[a])) if keep_aspect_ratio_policy == "stretch" else r
+    if keep_aspect_ratio_policy == "stretch":
+        for a in axes:
+            full[a] = float(_F(out_shape[a]) / _F(in_shape[a]))
+        return full
+    ratios = [_F(sizes[i]) / _F(in_shape[a]) for i, a in enumerate(axes)]
+    common = min(ratios) if keep_aspect_ratio_policy == "not_larger" else max(ratios)
+    for a in axes:
+        full[a] = float(common)
     return full
+
+
+def _same_coordinates(onnx: np.ndarray, ms: np.ndarray, n_in: int) -> bool:
+    """Equal up to float32 rounding (which grows with the coordinate)."""
+    return np.allclose(onnx, ms, rtol=0, atol=max(1e-5, 1e-6 * n_in))
 
 
 @converter("Resize", since=11)
@@ -153,7 +160,7 @@ def resize(
     if mode == "linear":
         clamped = [np.clip(c, 0, n - 1) for c, n in zip(coords, in_shape[2:])]
         for align in (ctm == "align_corners", ctm != "align_corners"):
-            if all(np.allclose(c, _ms_bilinear(n, m, align), rtol=0, atol=1e-5) for c, n, m in zip(clamped, in_shape[2:], size)):
+            if all(_same_coordinates(c, _ms_bilinear(n, m, align), n) for c, n, m in zip(clamped, in_shape[2:], size)):
                 return f'ops.interpolate({x}, size={size!r}, mode="bilinear", align_corners={align})'
         rows, cols = (linear_matrix(c, n) for c, n in zip(coords, in_shape[2:]))
         if not _is_identity(rows):
