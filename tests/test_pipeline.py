@@ -4,6 +4,7 @@ changed option or artifact invalidates, --from/--force, interrupted writes, a fa
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,6 +100,38 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
     from_fold = run(path, from_stage="fold")
     assert statuses(from_fold) == {"export": "up to date", "rebuild": "up to date", "fold": "passed", "compile": "passed", "mindir": "passed"}
     assert statuses(run(path, force=True)) == dict.fromkeys(STAGES, "passed")
+
+
+def test_changed_conversion_code_reconverts(tmp_path, monkeypatch):
+    """A fixed converter must not leave old conversions 'up to date' at the same version number."""
+    import torch2ms.pipeline.runner as runner
+
+    path = write_recipe(tmp_path / "tiny.yaml")
+    assert run(path).passed
+    assert runner.source_hash() == runner.source_hash()  # stable within a process
+    monkeypatch.setattr(runner, "_source_hash", "0123456789abcdef")
+    assert statuses(run(path)) == dict.fromkeys(STAGES, "passed")
+
+
+def test_source_hash_covers_converters_not_commands(tmp_path, monkeypatch):
+    import shutil
+
+    import torch2ms
+    import torch2ms.pipeline.runner as runner
+
+    pkg = tmp_path / "torch2ms"
+    shutil.copytree(Path(torch2ms.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(runner, "__file__", str(pkg / "pipeline" / "runner.py"))
+
+    def fresh():
+        monkeypatch.setattr(runner, "_source_hash", None)
+        return runner.source_hash()
+
+    base = fresh()
+    (pkg / "commands" / "convert.py").write_text((pkg / "commands" / "convert.py").read_text() + "\n# help text\n")
+    assert fresh() == base
+    (pkg / "converters" / "activation.py").write_text((pkg / "converters" / "activation.py").read_text() + "\n# fix\n")
+    assert fresh() != base
 
 
 def test_edited_artifact_is_detected_and_its_stage_reruns(tmp_path):

@@ -3,7 +3,9 @@
 A stage is up to date when its record says ``passed``, its fingerprint matches, and its
 artifacts still hash to what the record says. The fingerprint covers the stage's part of the
 recipe, the previous stage's fingerprint (so changing one stage's option re-runs it and every
-stage after it), the hashes of the artifacts it reads, and the tool and framework versions.
+stage after it), the hashes of the artifacts it reads, the tool and framework versions, and a
+hash of torch2ms's own conversion code (so a fixed converter re-converts, even at the same
+version number).
 """
 
 from __future__ import annotations
@@ -29,8 +31,29 @@ FRAMEWORKS = ("torch", "onnx", "onnxruntime", "mindspore", "numpy")
 LOCALIZED_STAGES = ("rebuild", "fold")  # a failed check there runs torch2ms.divergence
 
 
+# Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
+_NOT_CONVERSION_CODE = ("commands", "bench", "package", "zoo")
+_source_hash: str | None = None
+
+
+def source_hash() -> str:
+    """sha256 (16 hex digits) of torch2ms's conversion code: every .py file outside the command,
+    zoo, bench and package layers, by relative path and bytes."""
+    global _source_hash
+    if _source_hash is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root)
+            if rel.parts[0] in _NOT_CONVERSION_CODE or "__pycache__" in rel.parts:
+                continue
+            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        _source_hash = h.hexdigest()[:16]
+    return _source_hash
+
+
 def framework_versions() -> dict[str, str]:
-    out = {"torch2ms": __version__}
+    out = {"torch2ms": __version__, "torch2ms_source": source_hash()}
     for pkg in FRAMEWORKS:
         try:
             out[pkg] = metadata.version(pkg)
