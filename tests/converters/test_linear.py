@@ -41,14 +41,24 @@ def test_gemm_refuses_runtime_weight():
         ((3, 4), (4, 5), True),
         ((2, 3, 4), (2, 4, 5), False),
         ((2, 3, 4), (4, 5), True),
+        ((5, 1, 4), (4, 6), True),
+        ((2, 3, 3, 4), (4, 5), False),
         ((2, 2, 3, 4), (2, 2, 4, 3), False),
         ((2, 2, 3, 4), (1, 2, 4, 3), False),
         ((2, 1, 3, 4), (2, 4, 6), False),
         ((4,), (4, 5), False),
         ((2, 3, 4), (4,), False),
     ],
-    ids=["2d", "2d_const", "3d", "3d_x_2d_const", "4d", "4d_broadcast", "4d_x_3d", "1d_lhs", "1d_rhs"],
+    ids=["2d", "2d_const", "3d", "3d_x_2d_const", "seq_x_weight", "4d_x_2d", "4d", "4d_broadcast", "4d_x_3d", "1d_lhs", "1d_rhs"],
 )
 def test_matmul(a_shape, b_shape, const_b, tmp_path):
     b = const(rand(*b_shape, seed=3)) if const_b else x(*b_shape, seed=3)
     check_op("MatMul", [x(*a_shape), b], {}, tmp_path)
+
+
+def test_matmul_sequence_by_weight_is_one_2d_matmul(tmp_path):
+    """(S, 1, K) x (K, N) must not broadcast the weight to (S, K, N) (MindSpore GRAPH_MODE does that
+    for ops.matmul: ViT-B/16's compile reached 18 GB): a 2-D matmul between reshapes."""
+    source = check_op("MatMul", [x(7, 1, 4), const(rand(4, 6, seed=3))], {}, tmp_path)
+    body = [line.strip() for line in source.splitlines() if "ops.matmul(" in line]
+    assert len(body) == 1 and "ops.reshape(ops.matmul(ops.reshape(" in body[0] and "(7, 4)" in body[0] and "(7, 1, 6)" in body[0], body

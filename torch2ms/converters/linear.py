@@ -35,5 +35,19 @@ def gemm(em, *, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 - ONNX n
 
 @converter("MatMul", since=1)
 def matmul(em):
-    """MatMul(A, B) -> Y   (NumPy matmul semantics)"""
+    """MatMul(A, B) -> Y   (NumPy matmul semantics)
+
+    A of rank > 2 times a 2-D B (a Linear layer on a sequence) is written as one 2-D matmul
+    between reshapes: in GRAPH_MODE MindSpore lowers ``ops.matmul`` of (S, 1, K) x (K, N) to
+    BroadcastTo(B -> (S, K, N)) + BatchMatMul, which for ViT-B/16's qkv projection is a
+    1.4 GB copy of the weight per layer (compile of the whole model reached 18 GB and 16 s per
+    call; PyNative and the 2-D form take 0.3 GB).
+    """
+    a, b = em.shape(0), em.shape(1)
+    if len(a) > 2 and len(b) == 2:
+        rows = 1
+        for d in a[:-1]:
+            rows *= int(d)
+        flat = f"ops.matmul(ops.reshape({em.x(0)}, {(rows, int(a[-1]))}), {em.x(1)})"
+        return f"ops.reshape({flat}, {tuple(int(d) for d in em.out_shape())})"
     return f"ops.matmul({em.x(0)}, {em.x(1)})"
