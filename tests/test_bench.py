@@ -75,3 +75,23 @@ def test_bench_tiny_writes_table_json_and_png(tiny_recipe):
     assert "ms_graph_folded" in (bench_dir / "bench.md").read_text()
     assert "## Benchmark" in (bench_dir.parent / "report.md").read_text()
     assert "ms_pynative_plain" in result.output  # the terminal table
+
+
+def test_targets_pick_the_fastest_correct_mindspore_variant():
+    from torch2ms.bench.report import target_lines, targets
+
+    def r(ms, status="ok", rss=None):
+        return {"status": status, "median_ms": ms, "peak_rss_mb": rss}
+
+    data = {"batches": {"1": {
+        "torch": r(40.0), "onnxruntime": r(30.0), "ms_pynative_plain": r(100.0, rss=900),
+        "ms_graph_folded": r(45.0), "ms_graph_folded_gk": r(20.0, status="wrong"),  # fast but wrong: never "best"
+        "ms_mindir": r(48.0, rss=800),
+    }}}
+    got = {t.split(": ", 1)[1]: (v, met) for t, v, met in targets(data)}
+    assert all("best = ms_graph_folded 45.0 ms" in t for t, _, _ in targets(data)[:3])
+    assert got["speed-up vs PyNative plain >= 2x"] == ("2.22x", True)
+    assert got["time vs PyTorch eager <= 1x"] == ("1.12x", False)
+    assert got["time vs onnxruntime <= 1.25x"] == ("1.50x", False)
+    assert got["peak RSS of ms_mindir <= ms_pynative_plain"] == ("800 vs 900 MB", True)
+    assert "**not met**" in "\n".join(target_lines(data))

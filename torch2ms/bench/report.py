@@ -66,6 +66,49 @@ def fusion_lines(data: dict) -> list[str]:
     return lines
 
 
+# The deployment targets (issue 6): best MindSpore variant vs PyNative, PyTorch eager, onnxruntime;
+# peak memory of the deployed variant (the MindIR) vs the PyNative rebuild.
+MS_PREFIX = "ms_"
+
+
+def targets(data: dict) -> list[tuple[str, str, bool | None]]:
+    """Per batch: (target, measured, met) for the fastest correct MindSpore variant."""
+    out = []
+    for batch, results in data["batches"].items():
+        ok = {k: r for k, r in results.items() if r.get("status") == "ok" and r.get("median_ms")}
+        ms_variants = {k: r for k, r in ok.items() if k.startswith(MS_PREFIX) and k != "ms_pynative_plain"}
+        if not ms_variants:
+            continue
+        best_key = min(ms_variants, key=lambda k: ms_variants[k]["median_ms"])
+        best = ms_variants[best_key]["median_ms"]
+        tag = f"batch {batch}, best = {best_key} {best:.1f} ms"
+
+        def ratio(key: str, label: str, limit: float, faster: bool):
+            ref = (ok.get(key) or {}).get("median_ms")
+            if ref is None:
+                out.append((f"{tag}: {label}", "not measured", None))
+                return
+            value = ref / best if faster else best / ref
+            want = f">= {limit:g}x" if faster else f"<= {limit:g}x"
+            out.append((f"{tag}: {label} {want}", f"{value:.2f}x", value >= limit if faster else value <= limit))
+
+        ratio("ms_pynative_plain", "speed-up vs PyNative plain", 2.0, True)
+        ratio("torch", "time vs PyTorch eager", 1.0, False)
+        ratio("onnxruntime", "time vs onnxruntime", 1.25, False)
+        dep, pyn = (results.get("ms_mindir") or {}).get("peak_rss_mb"), (results.get("ms_pynative_plain") or {}).get("peak_rss_mb")
+        if dep and pyn:
+            out.append((f"batch {batch}: peak RSS of ms_mindir <= ms_pynative_plain", f"{dep:.0f} vs {pyn:.0f} MB", dep <= pyn))
+    return out
+
+
+def target_lines(data: dict) -> list[str]:
+    rows_ = targets(data)
+    if not rows_:
+        return []
+    mark = {True: "met", False: "**not met**", None: "-"}
+    return ["", "Targets:", "", "| target | measured | |", "|---|---|---|"] + [f"| {t} | {v} | {mark[m]} |" for t, v, m in rows_]
+
+
 def markdown(data: dict, png_name: str = "latency.png") -> str:
     m, opts = data["machine"], data["options"]
     cpu = data.get("cpu_setting") or {}
@@ -81,6 +124,7 @@ def markdown(data: dict, png_name: str = "latency.png") -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows(data)]
+    lines += target_lines(data)
     lines += fusion_lines(data)
     lines += ["", f"![median latency]({png_name})", ""]
     return "\n".join(lines)
@@ -145,3 +189,5 @@ def print_table(data: dict, console) -> None:
         style = "red" if r[2].startswith(("WRONG", "error")) else None
         table.add_row(*r, style=style)
     console.print(table)
+    for t, v, met in targets(data):
+        console.print(f"  {'[green]met[/green]' if met else '[red]not met[/red]' if met is False else '-'}  {t}: {v}")
