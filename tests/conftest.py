@@ -40,3 +40,23 @@ def write_recipe(path: Path, **overrides) -> Path:
 @pytest.fixture
 def tiny_recipe(tmp_path) -> Path:
     return write_recipe(tmp_path / "tiny.yaml")
+
+
+def run_cli(*args: str) -> int:
+    """Run the torch2ms CLI in this process (as ``python -m torch2ms``); returns the exit code."""
+    from torch2ms.cli import main
+
+    try:
+        main(list(args))
+    except SystemExit as e:
+        return e.code or 0
+    return 0
+
+
+@pytest.fixture
+def wide_console(monkeypatch):
+    """Rich wraps at 80 columns off a terminal; messages are compared unwrapped."""
+    from torch2ms.cli_app import console, out_console
+
+    monkeypatch.setattr(console, "width", 400)
+    monkeypatch.setattr(out_console, "width", 400)

@@ -15,27 +15,14 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from conftest import write_recipe
-from torch2ms.cli import main
+from conftest import run_cli, write_recipe
 from torch2ms.errors import EXIT_USAGE
 from torch2ms.pipeline.workspace import sha256_file
 
 
 @pytest.fixture(autouse=True)
-def wide_console(monkeypatch):
-    """Rich wraps at 80 columns off a terminal; messages are compared unwrapped."""
-    from torch2ms.cli_app import console, out_console
-
-    monkeypatch.setattr(console, "width", 400)
-    monkeypatch.setattr(out_console, "width", 400)
-
-
-def run_cli(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as e:
-        return e.code or 0
-    return 0
+def _wide(wide_console):
+    """Messages are compared unwrapped (see conftest.wide_console)."""
 
 
 def flat(text: str) -> str:

@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import REPO, TESTS, write_recipe
-from torch2ms.cli import main
+from conftest import REPO, TESTS, run_cli, write_recipe
 from torch2ms.compare import compare_arrays
 from torch2ms.converters import registry
 from torch2ms.divergence import _Accumulator, probe_source, statement_lines
@@ -29,20 +28,8 @@ from torch2ms.recipe import load_recipe
 
 
 @pytest.fixture(autouse=True)
-def wide_console(monkeypatch):
-    """Rich wraps at 80 columns off a terminal; messages are compared unwrapped."""
-    from torch2ms.cli_app import console, out_console
-
-    monkeypatch.setattr(console, "width", 400)
-    monkeypatch.setattr(out_console, "width", 400)
-
-
-def run_cli(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as e:
-        return e.code or 0
-    return 0
+def _wide(wide_console):
+    """Messages are compared unwrapped (see conftest.wide_console)."""
 
 
 def inject(monkeypatch, op_type: str, fn) -> None:

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
-from torch2ms.cli import main
+from conftest import REPO, run_cli
 from torch2ms.converters import registry
 from torch2ms.graph.ir import Node
 from torch2ms.ops_table import MARKDOWN_FILE, operator_rows, render_markdown
-
-
-def run_cli(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as e:
-        return e.code or 0
-    return 0
 
 
 def test_docs_operators_md_is_current():
