@@ -134,6 +134,14 @@ def test_source_hash_covers_converters_not_commands(tmp_path, monkeypatch):
     assert fresh() != base
 
 
+def test_weight_free_model_converts_through_every_stage(tmp_path):
+    path = write_recipe(tmp_path / "free.yaml", model={"factory": "tiny_models:weight_free"})
+    result = run(path)
+    assert result.passed, statuses(result)
+    source = (result.root / "fold" / "network.py").read_text()
+    assert "load_checkpoint" not in source and "import os" not in source
+
+
 def test_edited_artifact_is_detected_and_its_stage_reruns(tmp_path):
     path = write_recipe(tmp_path / "tiny.yaml")
     first = run(path)

@@ -219,7 +219,7 @@ class CodeBuilder:
 
     def render(self, header: str) -> GeneratedNetwork:
         # one element per line: tensor_map records len(out) as each statement's line number
-        out = [*header.rstrip().splitlines(), "import os", "", "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
+        out = [*header.rstrip().splitlines(), *(["import os", ""] if self.params else []), "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
         if self.tensors:
             out.append("from mindspore.common.initializer import initializer")
         shapes = {n: tuple(self.graph.values[n].shape) for n in self.graph.inputs}
@@ -246,20 +246,22 @@ class CodeBuilder:
                     )
         rets = [self.var_of[o] for o in self.graph.outputs]
         out.append(f"        return {', '.join(rets)}")
-        out += [
-            "",
-            "",
-            f"def build(checkpoint: str | None = None) -> {self.class_name}:",
-            '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
-            f"    net = {self.class_name}()",
-            '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
-            "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",
-            "    if missing:",
-            '        raise ValueError(f"{path} lacks weights for {missing}")',
-            "    net.set_train(False)",
-            "    return net",
-            "",
-        ]
+        out += ["", "", f"def build(checkpoint: str | None = None) -> {self.class_name}:"]
+        if self.params:
+            out += [
+                '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
+                f"    net = {self.class_name}()",
+                '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
+                "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",
+                "    if missing:",
+                '        raise ValueError(f"{path} lacks weights for {missing}")',
+            ]
+        else:  # MindSpore refuses to load an empty checkpoint
+            out += [
+                '    """The network in inference mode; it has no weights, so `checkpoint` is not read."""',
+                f"    net = {self.class_name}()",
+            ]
+        out += ["    net.set_train(False)", "    return net", ""]
         counts: dict[str, int] = {}
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
