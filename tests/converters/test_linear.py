@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-from converters.helpers import check_op, check_unsupported, const, rand, x
+from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
+from torch2ms.passes import MatMulToLinear
 
 
 def _gemm_inputs(m, k, n, trans_a, trans_b, c_shape):
@@ -62,3 +64,49 @@ def test_matmul_sequence_by_weight_is_one_2d_matmul(tmp_path):
     source = check_op("MatMul", [x(7, 1, 4), const(rand(4, 6, seed=3))], {}, tmp_path)
     body = [line.strip() for line in source.splitlines() if "ops.matmul(" in line]
     assert len(body) == 1 and "ops.reshape(ops.matmul(ops.reshape(" in body[0] and "(7, 4)" in body[0] and "(7, 1, 6)" in body[0], body
+
+
+def matmul_add_model(x_shape, k, n, bias_shape, bias_first=False, extra_consumer=False):
+    """What the exporter writes for nn.Linear on a rank > 2 tensor: MatMul(x, W^T) then Add(b)."""
+    inits = [numpy_helper.from_array(rand(k, n, seed=3), "w")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="/encoder/mlp/mlp.0/MatMul")]
+    outputs = ["y"]
+    if bias_shape is None:
+        nodes[0].output[0] = "y"
+    else:
+        inits.append(numpy_helper.from_array(rand(*bias_shape, seed=4), "b"))
+        nodes.append(helper.make_node("Add", ["b", "mm"] if bias_first else ["mm", "b"], ["y"], name="/encoder/mlp/mlp.0/Add"))
+    if extra_consumer:
+        nodes.append(helper.make_node("Relu", ["mm"], ["r"], name="/other/Relu"))
+        outputs.append("r")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, {"x": rand(*x_shape, seed=1)}
+
+
+@pytest.mark.parametrize(
+    "x_shape, bias_shape, bias_first",
+    [((1, 7, 7, 6), (5,), False), ((9, 1, 6), (5,), True), ((4, 6), (5,), False), ((2, 3, 6), (1, 1, 5), False), ((2, 3, 6), None, False)],
+    ids=["4d", "seq_bias_first", "2d", "bias_row", "no_bias"],
+)
+def test_matmul_add_becomes_one_dense(x_shape, bias_shape, bias_first, tmp_path):
+    model, feeds = matmul_add_model(x_shape, 6, 5, bias_shape, bias_first)
+    source, fired = check_model(model, feeds, tmp_path, passes=[MatMulToLinear()], expect_nodes=["Linear"])
+    assert fired == {"matmul_to_linear": 1}
+    assert "self.encoder_mlp_0 = nn.Dense(6, 5" in source, source
+    assert ("has_bias=False" in source) == (bias_shape is None)
+    assert "ops.matmul" not in source and "const_" not in source
+
+
+def test_matmul_with_a_second_consumer_keeps_the_add(tmp_path):
+    """The MatMul output is used elsewhere: the Dense has no bias and the Add stays."""
+    model, feeds = matmul_add_model((2, 3, 6), 6, 5, (5,), extra_consumer=True)
+    source, fired = check_model(model, feeds, tmp_path, passes=[MatMulToLinear()], expect_nodes=["Linear", "Add", "Relu"])
+    assert "nn.Dense(6, 5, has_bias=False)" in source
+
+
+def test_matmul_by_a_runtime_matrix_is_not_a_layer(tmp_path):
+    source = check_op("MatMul", [x(2, 3, 4), x(4, 5, seed=3)], {}, tmp_path, passes=[MatMulToLinear()])
+    assert "nn.Dense" not in source

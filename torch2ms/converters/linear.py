@@ -7,6 +7,8 @@ weight and ``beta * C`` into the bias; a ``C`` that varies along the rows cannot
 
 from __future__ import annotations
 
+import numpy as np
+
 from torch2ms.converters.registry import Unsupported, converter
 
 
@@ -51,3 +53,17 @@ def matmul(em):
         flat = f"ops.matmul(ops.reshape({em.x(0)}, {(rows, int(a[-1]))}), {em.x(1)})"
         return f"ops.reshape({flat}, {tuple(int(d) for d in em.out_shape())})"
     return f"ops.matmul({em.x(0)}, {em.x(1)})"
+
+
+@converter("Linear", domain="torch2ms")
+def linear(em):
+    """Linear(X, W, B?) -> X @ W + B   (made by passes/matmul_linear.py from MatMul + Add)"""
+    w = em.require_const(1, "W")
+    params = {"weight": np.ascontiguousarray(w.T)}
+    kw = {}
+    if em.has_input(2):
+        params["bias"] = em.require_const(2, "B").astype(w.dtype).reshape(-1)
+    else:
+        kw["has_bias"] = False
+    layer = em.layer("nn.Dense", int(w.shape[0]), int(w.shape[1]), params=params, **kw)
+    return f"{layer}({em.x(0)})"
