@@ -13,7 +13,7 @@ console = Console(stderr=True)
 out_console = Console(width=None if Console().is_terminal else 160)
 state = {"debug": False}
 
-CpuIsa = typer.Option(None, "--cpu-isa", help="oneDNN ISA cap for MindSpore (e.g. AVX2, default); env TORCH2MS_CPU_ISA. Auto: AVX2 on AVX-512/AMX CPUs.")
+CpuIsa = typer.Option(None, "--cpu-isa", help="oneDNN ISA cap for MindSpore (e.g. AVX2, default); env TORCH2MS_CPU_ISA. Auto: on AVX-512/AMX CPUs, the faster of AVX2 and the default, measured once and cached.")
 
 
 def setup_cpu(isa: Optional[str]) -> None:

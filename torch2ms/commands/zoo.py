@@ -40,8 +40,9 @@ def zoo(
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"),
     cpu_isa: Optional[str] = CpuIsa,
 ) -> None:
-    """Convert every model of a zoo file in its own process; write summary.json/.md/.html. Exit 0
-    only if every selected model passed."""
+    """Convert every model of a zoo file in its own process; write summary.json/.md/.html.
+
+    Exit 0 only if every selected model passed."""
     from rich.live import Live
 
     from torch2ms.zoo import ZooOptions, load_zoo, run_batch, select
