@@ -128,7 +128,8 @@ def test_source_hash_covers_converters_not_commands(tmp_path, monkeypatch):
         return runner.source_hash()
 
     base = fresh()
-    (pkg / "commands" / "convert.py").write_text((pkg / "commands" / "convert.py").read_text() + "\n# help text\n")
+    for cli in ("commands/convert.py", "cli_app.py"):
+        (pkg / cli).write_text((pkg / cli).read_text() + "\n# help text\n")
     assert fresh() == base
     (pkg / "converters" / "activation.py").write_text((pkg / "converters" / "activation.py").read_text() + "\n# fix\n")
     assert fresh() != base

@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PyTorch -> MindSpore for Atlas boards, checked against PyTorch at every stage.")
-console = Console(stderr=True)
+# Off a terminal (CI logs, zoo worker logs, pipes) messages are not wrapped at 80 columns: a path or
+# an error line broken mid-word cannot be searched for or copied.
+console = Console(stderr=True, soft_wrap=not Console(stderr=True).is_terminal)
 out_console = Console(width=None if Console().is_terminal else 160)
 state = {"debug": False}
 

@@ -32,13 +32,13 @@ LOCALIZED_STAGES = ("rebuild", "fold")  # a failed check there runs torch2ms.div
 
 
 # Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
-_NOT_CONVERSION_CODE = ("commands", "bench", "package", "zoo")
+_NOT_CONVERSION_CODE = ("commands", "bench", "package", "zoo", "cli.py", "cli_app.py", "__main__.py")
 _source_hash: str | None = None
 
 
 def source_hash() -> str:
-    """sha256 (16 hex digits) of torch2ms's conversion code: every .py file outside the command,
-    zoo, bench and package layers, by relative path and bytes."""
+    """sha256 (16 hex digits) of torch2ms's conversion code: every .py file outside the CLI,
+    command, zoo, bench and package layers, by relative path and bytes."""
     global _source_hash
     if _source_hash is None:
         root = Path(__file__).resolve().parents[1]
