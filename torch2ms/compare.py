@@ -54,39 +54,62 @@ def _json_float(v):
     return v
 
 
-def _nonfinite(label: str, a: np.ndarray) -> str | None:
-    nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
-    if nan or inf:
-        parts = [f"{nan} NaN"] * bool(nan) + [f"{inf} Inf"] * bool(inf)
-        return f"{label} has {' and '.join(parts)}"
-    return None
+class MetricsAccumulator:
+    """The metrics of one output over arrays added one at a time (e.g. one sample at a time, so
+    a caller need not hold them all), as if they had been compared stacked."""
+
+    def __init__(self, name: str, reference_label: str = "reference output", actual_label: str = "stage output"):
+        self.name = name
+        self.labels = (reference_label, actual_label)
+        self.max_abs = self.scale = self.sum_abs = self.dot = self.norm_a = self.norm_r = 0.0
+        self.count = 0
+        self.nan = dict.fromkeys(self.labels, 0)
+        self.inf = dict.fromkeys(self.labels, 0)
+
+    def add(self, actual, reference) -> None:
+        actual, reference = np.asarray(actual), np.asarray(reference)
+        if actual.shape != reference.shape:
+            raise ValueError(f"output {self.name!r}: shape {actual.shape} differs from the reference's {reference.shape}")
+        a, r = actual.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
+        for label, x in zip(self.labels, (r, a)):
+            self.nan[label] += int(np.isnan(x).sum())
+            self.inf[label] += int(np.isinf(x).sum())
+        diff = np.abs(a - r)
+        self.max_abs = max(self.max_abs, float(diff.max(initial=0.0)))
+        self.scale = max(self.scale, float(np.abs(r).max(initial=0.0)))
+        self.sum_abs += float(diff.sum())
+        self.count += diff.size
+        self.dot += float(np.dot(a, r))
+        self.norm_a += float(np.dot(a, a))
+        self.norm_r += float(np.dot(r, r))
+
+    def metrics(self, argmax_agreement: float | None = None) -> OutputMetrics:
+        for label in self.labels:  # NaN/Inf never passes: the reference side is named first
+            nan, inf = self.nan[label], self.inf[label]
+            if nan or inf:
+                what = " and ".join([f"{nan} NaN"] * bool(nan) + [f"{inf} Inf"] * bool(inf))
+                return OutputMetrics(self.name, math.nan, math.nan, math.nan, math.nan, None, f"{label} has {what}")
+        rel = self.max_abs / self.scale if self.scale > 0 else (0.0 if self.max_abs == 0 else math.inf)
+        na, nr = math.sqrt(self.norm_a), math.sqrt(self.norm_r)
+        if na == 0 and nr == 0:
+            cosine = 1.0
+        elif na == 0 or nr == 0:
+            cosine = 0.0
+        else:
+            cosine = self.dot / (na * nr)
+        mean = self.sum_abs / self.count if self.count else 0.0
+        return OutputMetrics(self.name, self.max_abs, rel, mean, cosine, argmax_agreement)
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:
     actual = np.asarray(actual)
     reference = np.asarray(reference)
-    if actual.shape != reference.shape:
-        raise ValueError(f"output {name!r}: shape {actual.shape} differs from the reference's {reference.shape}")
-    bad = _nonfinite("reference output", reference) or _nonfinite("stage output", actual)
-    a = actual.astype(np.float64).ravel()
-    r = reference.astype(np.float64).ravel()
-    if bad:
-        return OutputMetrics(name, math.nan, math.nan, math.nan, math.nan, None, bad)
-    diff = np.abs(a - r)
-    max_abs = float(diff.max(initial=0.0))
-    scale = float(np.abs(r).max(initial=0.0))
-    rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
-    na, nr = float(np.linalg.norm(a)), float(np.linalg.norm(r))
-    if na == 0 and nr == 0:
-        cosine = 1.0
-    elif na == 0 or nr == 0:
-        cosine = 0.0
-    else:
-        cosine = float(np.dot(a, r) / (na * nr))
+    acc = MetricsAccumulator(name)
+    acc.add(actual, reference)
     agree = None
     if reference.ndim >= 2 and reference.shape[1] > 1 and np.issubdtype(reference.dtype, np.floating):
         agree = float((actual.argmax(axis=1) == reference.argmax(axis=1)).mean())
-    return OutputMetrics(name, max_abs, rel, float(diff.mean()) if diff.size else 0.0, cosine, agree)
+    return acc.metrics(agree)
 
 
 def compare_outputs(

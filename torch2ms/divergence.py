@@ -31,57 +31,26 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.compare import OutputMetrics, Tolerance
+from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
 
 STAGES = ("rebuild", "fold")
 
 
-class _Accumulator:
-    """``compare_arrays``'s metrics of one tensor over samples added one at a time."""
+class _Accumulator(MetricsAccumulator):
+    """``compare``'s metrics of one tensor over samples added one at a time; a shape mismatch is
+    recorded as the tensor's problem (a divergence to report), not raised."""
 
     def __init__(self, name: str):
-        self.name = name
-        self.max_abs = self.scale = self.sum_abs = self.dot = self.norm_a = self.norm_r = 0.0
-        self.count = 0
-        self.nan = {"onnxruntime": 0, "generated code": 0}
-        self.inf = {"onnxruntime": 0, "generated code": 0}
+        super().__init__(name, reference_label="onnxruntime", actual_label="generated code")
         self.problem: str | None = None
 
     def add(self, actual, reference) -> None:
         actual, reference = np.asarray(actual), np.asarray(reference)
         if actual.shape != reference.shape:
             self.problem = f"shape {list(actual.shape)} differs from onnxruntime's {list(reference.shape)}"
-        if self.problem:
-            return
-        a, r = actual.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
-        for side, x in (("onnxruntime", r), ("generated code", a)):
-            self.nan[side] += int(np.isnan(x).sum())
-            self.inf[side] += int(np.isinf(x).sum())
-        diff = np.abs(a - r)
-        self.max_abs = max(self.max_abs, float(diff.max(initial=0.0)))
-        self.scale = max(self.scale, float(np.abs(r).max(initial=0.0)))
-        self.sum_abs += float(diff.sum())
-        self.count += diff.size
-        self.dot += float(np.dot(a, r))
-        self.norm_a += float(np.dot(a, a))
-        self.norm_r += float(np.dot(r, r))
-
-    def metrics(self) -> OutputMetrics:
-        for side in ("onnxruntime", "generated code"):
-            nan, inf = self.nan[side], self.inf[side]
-            if nan or inf:
-                what = " and ".join([f"{nan} NaN"] * bool(nan) + [f"{inf} Inf"] * bool(inf))
-                return OutputMetrics(self.name, math.nan, math.nan, math.nan, math.nan, None, f"{side} has {what}")
-        rel = self.max_abs / self.scale if self.scale > 0 else (0.0 if self.max_abs == 0 else math.inf)
-        na, nr = math.sqrt(self.norm_a), math.sqrt(self.norm_r)
-        if na == 0 and nr == 0:
-            cosine = 1.0
-        elif na == 0 or nr == 0:
-            cosine = 0.0
-        else:
-            cosine = self.dot / (na * nr)
-        return OutputMetrics(self.name, self.max_abs, rel, self.sum_abs / self.count if self.count else 0.0, cosine, None)
+        if not self.problem:
+            super().add(actual, reference)
 
 
 @dataclass
