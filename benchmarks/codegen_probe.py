@@ -61,33 +61,49 @@ class Spelling(nn.Cell):
 
 def maxpool_cases(c, hw):
     # inputs are made non-negative (post-ReLU, as in ResNet stems) so zero padding is exact
-    return f"MaxPool 3x3/2 pad 1, 1x{c}x{hw}x{hw}", (1, c, hw, hw), {
-        "nn.MaxPool2d(pad_mode='pad', padding=1)  [current]": Spelling("maxpool_pad"),
-        "ops.pad(-inf) + nn.MaxPool2d('valid')": Spelling("maxpool_neginf_valid"),
-        "ops.Pad (zeros; exact only after ReLU) + nn.MaxPool2d('valid')": Spelling("maxpool_zero_valid"),
-        "ops.max_pool2d(x, 3, 2, 1)": Spelling("maxpool_functional"),
-    }
+    return (
+        f"MaxPool 3x3/2 pad 1, 1x{c}x{hw}x{hw}",
+        (1, c, hw, hw),
+        {
+            "nn.MaxPool2d(pad_mode='pad', padding=1)  [current]": Spelling("maxpool_pad"),
+            "ops.pad(-inf) + nn.MaxPool2d('valid')": Spelling("maxpool_neginf_valid"),
+            "ops.Pad (zeros; exact only after ReLU) + nn.MaxPool2d('valid')": Spelling("maxpool_zero_valid"),
+            "ops.max_pool2d(x, 3, 2, 1)": Spelling("maxpool_functional"),
+        },
+    )
 
 
 def conv_bias_cases(c, hw):
-    return f"Conv 3x3 + bias + ReLU, 1x{c}x{hw}x{hw}", (1, c, hw, hw), {
-        "nn.Conv2d(has_bias=True) + ops.relu  [current]": Spelling("conv_module", c=c),
-        "ops.conv2d(x, w, bias) + ops.relu": Spelling("conv_functional", c=c),
-    }
+    return (
+        f"Conv 3x3 + bias + ReLU, 1x{c}x{hw}x{hw}",
+        (1, c, hw, hw),
+        {
+            "nn.Conv2d(has_bias=True) + ops.relu  [current]": Spelling("conv_module", c=c),
+            "ops.conv2d(x, w, bias) + ops.relu": Spelling("conv_functional", c=c),
+        },
+    )
 
 
 def resize_cases(c, hw, out):
-    return f"bilinear resize 1x{c}x{hw}x{hw} -> {out}x{out}", (1, c, hw, hw), {
-        "ops.interpolate(size, bilinear)  [current]": Spelling("interpolate", out),
-        "ops.ResizeBilinearV2(half_pixel_centers)": Spelling("resize_v2", out),
-    }
+    return (
+        f"bilinear resize 1x{c}x{hw}x{hw} -> {out}x{out}",
+        (1, c, hw, hw),
+        {
+            "ops.interpolate(size, bilinear)  [current]": Spelling("interpolate", out),
+            "ops.ResizeBilinearV2(half_pixel_centers)": Spelling("resize_v2", out),
+        },
+    )
 
 
 def gap_cases(c, hw):
-    return f"global average pool 1x{c}x{hw}x{hw}", (1, c, hw, hw), {
-        "ops.mean(axis=(2,3), keep_dims=True)  [current]": Spelling("mean"),
-        "nn.AdaptiveAvgPool2d(1)": Spelling("adaptive"),
-    }
+    return (
+        f"global average pool 1x{c}x{hw}x{hw}",
+        (1, c, hw, hw),
+        {
+            "ops.mean(axis=(2,3), keep_dims=True)  [current]": Spelling("mean"),
+            "nn.AdaptiveAvgPool2d(1)": Spelling("adaptive"),
+        },
+    )
 
 
 def run_case(title, shape, cells, rounds):
@@ -98,7 +114,7 @@ def run_case(title, shape, cells, rounds):
     times = {k: [] for k in cells}
     keys = list(cells)
     for r in range(rounds + 2):
-        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
             t = time.perf_counter()
             cells[k](x).asnumpy()
             if r >= 2:
@@ -117,7 +133,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--md")
     args = ap.parse_args()
-    cases = [maxpool_cases(64, 112), maxpool_cases(64, 256), resize_cases(21, 128, 512), resize_cases(256, 32, 128), gap_cases(2048, 32)]
+    cases = [
+        maxpool_cases(64, 112),
+        maxpool_cases(64, 256),
+        resize_cases(21, 128, 512),
+        resize_cases(256, 32, 128),
+        gap_cases(2048, 32),
+    ]
     md = "\n".join(run_case(*c, args.rounds) for c in cases)
     print(md)
     if args.md:

@@ -54,7 +54,7 @@ def main() -> None:
     times = {k: [] for k in cells}
     keys = list(cells)
     for r in range(args.rounds + 2):
-        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
             gk, level = SETTINGS[k]
             set_graph_mode(ms, gk, "", level)
             t = time.perf_counter()
@@ -63,7 +63,12 @@ def main() -> None:
             if r >= 2:
                 times[k].append((time.perf_counter() - t) * 1e3)
     base = statistics.median(times[keys[0]]) if keys else 1
-    lines = [f"**Compile settings, {args.run.name} {args.stage}** ({args.rounds} interleaved rounds)", "", "| setting | compile s | median ms | vs O0 | rel err vs torch |", "|---|---|---|---|---|"]
+    lines = [
+        f"**Compile settings, {args.run.name} {args.stage}** ({args.rounds} interleaved rounds)",
+        "",
+        "| setting | compile s | median ms | vs O0 | rel err vs torch |",
+        "|---|---|---|---|---|",
+    ]
     for name in SETTINGS:
         if name in times:
             m = statistics.median(times[name])

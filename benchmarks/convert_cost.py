@@ -47,7 +47,13 @@ print("@@" + json.dumps({"event": "done", "t": time.time(), "passed": res.passed
 
 def run_once(recipe: Path, out: Path) -> dict:
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(recipe), str(out), str(t0)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(recipe), str(out), str(t0)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 
@@ -92,14 +98,25 @@ def run_once(recipe: Path, out: Path) -> dict:
 
 def to_markdown(results: dict) -> str:
     stages = ["export", "rebuild", "fold", "compile", "mindir"]
-    lines = ["| recipe | run | " + " | ".join(f"{s} s / MB" for s in stages) + " | startup s | total s | peak RSS MB |", "|---|---|" + "---|" * (len(stages) + 3)]
+    lines = [
+        "| recipe | run | " + " | ".join(f"{s} s / MB" for s in stages) + " | startup s | total s | peak RSS MB |",
+        "|---|---|" + "---|" * (len(stages) + 3),
+    ]
     for name, runs in results.items():
         for kind, r in runs.items():
             cells = []
             for s in stages:
                 st = r["stages"].get(s)
-                cells.append(f"{st['wall_s']} / {st['peak_rss_mb']:.0f}" if st and st["peak_rss_mb"] else (f"{st['wall_s']} / -" if st else "-"))
-            lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {r['startup_s']} | {r['total_s']} | {r['peak_rss_mb']:.0f} |")
+                cells.append(
+                    f"{st['wall_s']} / {st['peak_rss_mb']:.0f}"
+                    if st and st["peak_rss_mb"]
+                    else (f"{st['wall_s']} / -" if st else "-")
+                )
+            lines.append(
+                f"| {name} | {kind} | "
+                + " | ".join(cells)
+                + f" | {r['startup_s']} | {r['total_s']} | {r['peak_rss_mb']:.0f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -113,7 +130,10 @@ def main() -> None:
     for recipe in args.recipes:
         with tempfile.TemporaryDirectory(prefix="torch2ms_cost_") as out:
             name = recipe.stem
-            results[name] = {"cold": run_once(recipe.resolve(), Path(out)), "warm": run_once(recipe.resolve(), Path(out))}
+            results[name] = {
+                "cold": run_once(recipe.resolve(), Path(out)),
+                "warm": run_once(recipe.resolve(), Path(out)),
+            }
             print(json.dumps({name: results[name]}), flush=True)
     md = to_markdown(results)
     print(md)

@@ -33,7 +33,10 @@ SETTINGS = [
     ("AVX", {"ONEDNN_MAX_CPU_ISA": "AVX"}),
     ("SSE41", {"ONEDNN_MAX_CPU_ISA": "SSE41"}),
     ("AVX2, 1 thread", {"ONEDNN_MAX_CPU_ISA": "AVX2", "T2MS_THREADS": "1"}),
-    ("AVX2, OMP_NUM_THREADS=1 KMP/OMP pinning", {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "OMP_PROC_BIND": "true"}),
+    (
+        "AVX2, OMP_NUM_THREADS=1 KMP/OMP pinning",
+        {"ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "OMP_PROC_BIND": "true"},
+    ),
     ("default, PyNative", {"T2MS_MODE": "pynative"}),
     ("AVX2, PyNative", {"ONEDNN_MAX_CPU_ISA": "AVX2", "T2MS_MODE": "pynative"}),
 ]
@@ -95,17 +98,33 @@ def run_setting(label: str, env_extra: dict, run: Path, stage: str, runs: int, t
             f = l.split(",")
             impls[f"{f[5]} {f[6]}"][0] += 1
             impls[f"{f[5]} {f[6]}"][1] += float(f[-1])
-    return {"setting": label, "isa": isa, "threads": nthr, **result, "wall_s": round(time.perf_counter() - t0, 1), "impls": {k: [v[0], round(v[1], 2)] for k, v in impls.items()}}
+    return {
+        "setting": label,
+        "isa": isa,
+        "threads": nthr,
+        **result,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "impls": {k: [v[0], round(v[1], 2)] for k, v in impls.items()},
+    }
 
 
 def to_markdown(rows: list[dict], title: str) -> str:
-    out = [f"### {title}", "", "| setting | oneDNN ISA | thr | first call s | median ms | rel err vs torch | implementations on the last call (count, summed ms) |", "|---|---|---|---|---|---|---|"]
+    out = [
+        f"### {title}",
+        "",
+        "| setting | oneDNN ISA | thr | first call s | median ms | rel err vs torch | implementations on the last call (count, summed ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['setting']} | - | - | - | - | - | {r['error']} |")
             continue
-        impls = "; ".join(f"{k} x{n} {ms:.0f} ms" for k, (n, ms) in sorted(r["impls"].items(), key=lambda kv: -kv[1][1]))
-        out.append(f"| {r['setting']} | {r['isa']} | {r['threads']} | {r['first_s']:.2f} | {r['median_ms']:.1f} | {r['rel_error']:.2g} | {impls} |")
+        impls = "; ".join(
+            f"{k} x{n} {ms:.0f} ms" for k, (n, ms) in sorted(r["impls"].items(), key=lambda kv: -kv[1][1])
+        )
+        out.append(
+            f"| {r['setting']} | {r['isa']} | {r['threads']} | {r['first_s']:.2f} | {r['median_ms']:.1f} | {r['rel_error']:.2g} | {impls} |"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -77,14 +77,19 @@ def _wall(stdout: str) -> float | None:
 def profile_mindspore(run: Path, stage: str, gk: bool, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="t2ms_prof_") as out:
         code = MS_CHILD.format(repo=str(REPO), run=str(run.resolve()), stage=stage, gk=gk, steps=steps, out=out)
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "GLOG_v": "3"})
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "GLOG_v": "3"}
+        )
         files = list(Path(out).rglob("cpu_op_type_info_0.csv"))
         if not files:
             raise RuntimeError(f"MindSpore profiler wrote nothing: {proc.stderr.strip().splitlines()[-1:]}")
         ops = {}
         with open(files[0]) as f:
             for row in csv.DictReader(f):
-                ops[row["op_type"]] = (float(row["total_compute_time"]) / steps, int(row["execution_frequency(per-step)"]))
+                ops[row["op_type"]] = (
+                    float(row["total_compute_time"]) / steps,
+                    int(row["execution_frequency(per-step)"]),
+                )
         return {"wall_ms": _wall(proc.stdout), "ops": ops}
 
 
@@ -108,7 +113,12 @@ def profile_ort(run: Path, threads: int, steps: int) -> dict:
 
 def table(title: str, prof: dict) -> str:
     total = sum(t for t, _ in prof["ops"].values())
-    lines = [f"**{title}**: {total:.1f} ms in kernels per inference (wall {prof['wall_ms']:.1f} ms)", "", "| op type | per inference ms | share | kernels |", "|---|---|---|---|"]
+    lines = [
+        f"**{title}**: {total:.1f} ms in kernels per inference (wall {prof['wall_ms']:.1f} ms)",
+        "",
+        "| op type | per inference ms | share | kernels |",
+        "|---|---|---|---|",
+    ]
     for op, (t, n) in sorted(prof["ops"].items(), key=lambda kv: -kv[1][0]):
         lines.append(f"| {op} | {t:.1f} | {t / total:.0%} | {n} |")
     return "\n".join(lines) + "\n"
@@ -128,7 +138,12 @@ def main() -> None:
     configure_cpu()
     ms_prof = profile_mindspore(args.run, args.stage, args.graph_kernel, args.steps)
     ort_prof = profile_ort(args.run, args.threads, args.steps)
-    md = f"### Per-op time, {args.run.name}\n\n" + table(f"MindSpore GRAPH {args.stage}{' + graph kernel' if args.graph_kernel else ''}", ms_prof) + "\n" + table("onnxruntime", ort_prof)
+    md = (
+        f"### Per-op time, {args.run.name}\n\n"
+        + table(f"MindSpore GRAPH {args.stage}{' + graph kernel' if args.graph_kernel else ''}", ms_prof)
+        + "\n"
+        + table("onnxruntime", ort_prof)
+    )
     print(md)
     if args.md:
         args.md.parent.mkdir(parents=True, exist_ok=True)

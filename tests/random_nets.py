@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.nn import functional as F
 
-ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "gelu": nn.GELU}
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "relu6": nn.ReLU6,
+    "hardswish": nn.Hardswish,
+    "sigmoid": nn.Sigmoid,
+    "silu": nn.SiLU,
+    "gelu": nn.GELU,
+}
 MAX_CHANNELS = 16
 
 
@@ -31,7 +38,9 @@ class Resize(nn.Module):
         self.scale, self.size, self.align_corners = scale, tuple(size) if size else None, align_corners
 
     def forward(self, x):
-        return F.interpolate(x, size=self.size, scale_factor=self.scale, mode="bilinear", align_corners=self.align_corners)
+        return F.interpolate(
+            x, size=self.size, scale_factor=self.scale, mode="bilinear", align_corners=self.align_corners
+        )
 
 
 class Residual(nn.Module):
@@ -53,7 +62,18 @@ class Concat(nn.Module):
 
 
 def _conv(b: dict, in_ch: int) -> tuple[nn.Module, int]:
-    layers: list[nn.Module] = [nn.Conv2d(in_ch, b["out"], b["k"], stride=b["stride"], padding=b["pad"], dilation=b["dil"], groups=b["groups"], bias=b["bias"])]
+    layers: list[nn.Module] = [
+        nn.Conv2d(
+            in_ch,
+            b["out"],
+            b["k"],
+            stride=b["stride"],
+            padding=b["pad"],
+            dilation=b["dil"],
+            groups=b["groups"],
+            bias=b["bias"],
+        )
+    ]
     if b["bn"]:
         layers.append(nn.BatchNorm2d(b["out"]))
     if b["act"]:
@@ -73,7 +93,9 @@ def make_block(b: dict, in_ch: int) -> tuple[nn.Module, int]:
     if kind == "maxpool":
         return nn.MaxPool2d(b["k"], b["stride"], b["pad"], ceil_mode=b["ceil"]), in_ch
     if kind == "avgpool":
-        return nn.AvgPool2d(b["k"], b["stride"], b["pad"], ceil_mode=b["ceil"], count_include_pad=b["count_include_pad"]), in_ch
+        return nn.AvgPool2d(
+            b["k"], b["stride"], b["pad"], ceil_mode=b["ceil"], count_include_pad=b["count_include_pad"]
+        ), in_ch
     if kind == "resize":
         return Resize(b.get("scale"), b.get("size"), b["align_corners"]), in_ch
     if kind == "residual":
@@ -135,8 +157,16 @@ def conv_specs(draw, in_ch: int, same: bool = False) -> dict:
     groups = draw(st.sampled_from(_divisors(in_ch)))
     out = in_ch if same else groups * draw(st.integers(1, max(1, MAX_CHANNELS // groups)))
     return {
-        "type": "conv", "out": out, "k": k, "stride": stride, "pad": pad, "dil": dil, "groups": groups,
-        "bias": draw(st.booleans()), "bn": draw(st.booleans()), "act": draw(st.sampled_from([None, *ACTIVATIONS])),
+        "type": "conv",
+        "out": out,
+        "k": k,
+        "stride": stride,
+        "pad": pad,
+        "dil": dil,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+        "bn": draw(st.booleans()),
+        "act": draw(st.sampled_from([None, *ACTIVATIONS])),
     }
 
 
@@ -144,7 +174,13 @@ def conv_specs(draw, in_ch: int, same: bool = False) -> dict:
 def pool_specs(draw) -> dict:
     kind = draw(st.sampled_from(["maxpool", "avgpool"]))
     k = draw(st.integers(1, 4))
-    spec = {"type": kind, "k": k, "stride": draw(st.integers(1, 2)), "pad": draw(st.integers(0, k // 2)), "ceil": draw(st.booleans())}
+    spec = {
+        "type": kind,
+        "k": k,
+        "stride": draw(st.integers(1, 2)),
+        "pad": draw(st.integers(0, k // 2)),
+        "ceil": draw(st.booleans()),
+    }
     if kind == "avgpool":
         spec["count_include_pad"] = draw(st.booleans())
     return spec
@@ -174,7 +210,10 @@ def block_specs(draw, ch: int, h: int, w: int) -> dict:
         body = draw(st.lists(conv_specs(ch, same=True), min_size=1, max_size=2))
         return {"type": "residual", "body": body, "act": draw(st.sampled_from([None, "relu", "relu6"]))}
     if kind == "concat":
-        branch = st.one_of(conv_specs(ch, same=True).map(lambda c: {**c, "out": c["groups"] * max(1, c["out"] // c["groups"] // 2)}), st.just({"type": "act", "act": "relu"}))
+        branch = st.one_of(
+            conv_specs(ch, same=True).map(lambda c: {**c, "out": c["groups"] * max(1, c["out"] // c["groups"] // 2)}),
+            st.just({"type": "act", "act": "relu"}),
+        )
         return {"type": "concat", "branches": draw(st.lists(branch, min_size=2, max_size=3))}
     if kind == "bn":
         return {"type": "bn"}

@@ -20,23 +20,32 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import REPO, TESTS, write_recipe
 from onnx import TensorProto, helper
 from torch import nn
 
-from conftest import REPO, TESTS, write_recipe
 from torch2ms.compare import Tolerance, compare_arrays, compare_outputs
-from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed, ModelError, OnnxError, RecipeError, UnsupportedOpsError
+from torch2ms.errors import (
+    EXIT_CHECK_FAILED,
+    EXIT_USAGE,
+    CheckFailed,
+    ModelError,
+    OnnxError,
+    RecipeError,
+    UnsupportedOpsError,
+)
 from torch2ms.graph.load import load_onnx
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.recipe import load_recipe
-
 
 # --- helpers ----------------------------------------------------------------------------------
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]), COLUMNS="400", GLOG_v="3")
-    return subprocess.run([sys.executable, "-m", "torch2ms", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "torch2ms", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def flat(text: str) -> str:
@@ -155,7 +164,10 @@ def test_cli_unknown_nested_key_suggests_the_field(tmp_path):
     assert r.returncode == EXIT_USAGE, r.stderr
     msg = flat(r.stderr)
     assert "tiny.yaml: invalid recipe (1 problem)" in msg
-    assert "compile.graph_kernal: unknown key; did you mean 'graph_kernel'?" in msg and "allowed here: graph_kernel," in msg
+    assert (
+        "compile.graph_kernal: unknown key; did you mean 'graph_kernel'?" in msg
+        and "allowed here: graph_kernel," in msg
+    )
     assert not (tmp_path / "runs").exists() and path.exists()
 
 
@@ -173,19 +185,52 @@ def test_cli_unknown_stage_and_unknown_option(tmp_path):
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        ({"compile": {"warmup": "two"}}, "compile.warmup: Input should be a valid integer, unable to parse string as an integer (got 'two')"),
-        ({"inputs": [{"name": "input", "shape": [1, 3, 0, 32]}]}, "inputs.0.shape: Value error, every dimension must be a positive integer, got [1, 3, 0, 32]"),
-        ({"inputs": [{"name": "input", "shape": [1, -3, 32, 32]}]}, "inputs.0.shape: Value error, every dimension must be a positive integer, got [1, -3, 32, 32]"),
-        ({"inputs": [{"name": "input", "shape": []}]}, "inputs.0.shape: Value error, every dimension must be a positive integer, got []"),
-        ({"inputs": [{"name": "input", "shape": "1x3x32x32"}]}, "inputs.0.shape: Input should be a valid tuple (got '1x3x32x32')"),
+        (
+            {"compile": {"warmup": "two"}},
+            "compile.warmup: Input should be a valid integer, unable to parse string as an integer (got 'two')",
+        ),
+        (
+            {"inputs": [{"name": "input", "shape": [1, 3, 0, 32]}]},
+            "inputs.0.shape: Value error, every dimension must be a positive integer, got [1, 3, 0, 32]",
+        ),
+        (
+            {"inputs": [{"name": "input", "shape": [1, -3, 32, 32]}]},
+            "inputs.0.shape: Value error, every dimension must be a positive integer, got [1, -3, 32, 32]",
+        ),
+        (
+            {"inputs": [{"name": "input", "shape": []}]},
+            "inputs.0.shape: Value error, every dimension must be a positive integer, got []",
+        ),
+        (
+            {"inputs": [{"name": "input", "shape": "1x3x32x32"}]},
+            "inputs.0.shape: Input should be a valid tuple (got '1x3x32x32')",
+        ),
         ({"check": {"rel_error": 0}}, "check.rel_error: Input should be greater than 0 (got 0)"),
         ({"check": {"rel_error": 2}}, "check.rel_error: Input should be less than or equal to 1 (got 2)"),
         ({"check": {"cosine": 1.5}}, "check.cosine: Input should be less than or equal to 1 (got 1.5)"),
         ({"check": {"sampels": 3}}, "check.sampels: unknown key; did you mean 'samples'?"),
-        ({"model": {"factory": "tiny_models.tiny_net"}}, "model.factory: Value error, expected 'module:callable', got 'tiny_models.tiny_net'"),
-        ({"compile": {"graph_kernel": "maybe"}}, "compile.graph_kernel: Input should be 'auto', 'on' or 'off' (got 'maybe')"),
+        (
+            {"model": {"factory": "tiny_models.tiny_net"}},
+            "model.factory: Value error, expected 'module:callable', got 'tiny_models.tiny_net'",
+        ),
+        (
+            {"compile": {"graph_kernel": "maybe"}},
+            "compile.graph_kernel: Input should be 'auto', 'on' or 'off' (got 'maybe')",
+        ),
     ],
-    ids=["wrong-type", "shape-0", "shape-negative", "shape-empty", "shape-string", "rel-error-0", "rel-error-2", "cosine-1.5", "nested-typo", "factory-form", "literal"],
+    ids=[
+        "wrong-type",
+        "shape-0",
+        "shape-negative",
+        "shape-empty",
+        "shape-string",
+        "rel-error-0",
+        "rel-error-2",
+        "cosine-1.5",
+        "nested-typo",
+        "factory-form",
+        "literal",
+    ],
 )
 def test_invalid_recipe_field_is_named_with_its_path(tmp_path, overrides, expected):
     path = write_recipe(tmp_path / "tiny.yaml", **overrides)
@@ -198,7 +243,12 @@ def test_invalid_recipe_field_is_named_with_its_path(tmp_path, overrides, expect
 
 
 def test_all_recipe_problems_are_listed_at_once(tmp_path):
-    path = write_recipe(tmp_path / "tiny.yaml", check={"rel_error": 0, "cosine": 1.5}, compile={"graph_kernal": "off"}, inputs=[{"shape": [0]}])
+    path = write_recipe(
+        tmp_path / "tiny.yaml",
+        check={"rel_error": 0, "cosine": 1.5},
+        compile={"graph_kernal": "off"},
+        inputs=[{"shape": [0]}],
+    )
     with pytest.raises(RecipeError, match=r"invalid recipe \(4 problems\)") as info:
         load_recipe(path)
     for field in ("check.rel_error", "check.cosine", "compile.graph_kernal", "inputs.0.shape"):
@@ -220,10 +270,19 @@ def test_recipe_that_is_not_a_mapping(tmp_path):
     [
         ("no_such_module_t2ms:net", "model.factory: cannot import module 'no_such_module_t2ms': ModuleNotFoundError"),
         ("tiny_models:no_such_net", "model.factory: module 'tiny_models' has no attribute 'no_such_net'"),
-        ("test_bad_input:raising_factory", "model.factory: test_bad_input:raising_factory(**{}) raised RuntimeError: weights server unreachable"),
-        ("test_bad_input:not_a_module", "model.factory: test_bad_input:not_a_module returned dict, not a torch.nn.Module"),
+        (
+            "test_bad_input:raising_factory",
+            "model.factory: test_bad_input:raising_factory(**{}) raised RuntimeError: weights server unreachable",
+        ),
+        (
+            "test_bad_input:not_a_module",
+            "model.factory: test_bad_input:not_a_module returned dict, not a torch.nn.Module",
+        ),
         ("test_bad_input:returns_int", "the model returned int; torch2ms needs tensors, a tuple or a dict of tensors"),
-        ("test_bad_input:linear_model", "test_bad_input:linear_model: the model raised on the recipe's inputs (input [1, 3, 32, 32]): RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+        (
+            "test_bad_input:linear_model",
+            "test_bad_input:linear_model: the model raised on the recipe's inputs (input [1, 3, 32, 32]): RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+        ),
     ],
     ids=["not-importable", "no-attribute", "raises", "not-a-module", "returns-int", "wrong-input-shape"],
 )
@@ -242,7 +301,10 @@ def test_cli_model_that_fails_onnx_export_gives_the_exporters_reason(tmp_path):
     r = cli("convert", "--recipe", "tiny.yaml", cwd=tmp_path)
     assert r.returncode == EXIT_USAGE, r.stderr
     msg = flat(r.stderr)
-    assert "torch.onnx.export failed for test_bad_input:eig_model: UnsupportedOperatorError: Exporting the operator 'aten::linalg_eigvals' to ONNX opset version 17 is not supported" in msg
+    assert (
+        "torch.onnx.export failed for test_bad_input:eig_model: UnsupportedOperatorError: Exporting the operator 'aten::linalg_eigvals' to ONNX opset version 17 is not supported"
+        in msg
+    )
     assert "hint:" in msg and "Traceback" not in r.stderr
     root = tmp_path / "runs" / "tiny"
     assert_nothing_looks_complete(root, "export")
@@ -250,14 +312,21 @@ def test_cli_model_that_fails_onnx_export_gives_the_exporters_reason(tmp_path):
 
 
 def test_data_dependent_branch_is_warned_about_and_caught_by_the_check(tmp_path):
-    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "test_bad_input:branchy"}, check={"samples": 4, "seed": 0})
+    path = write_recipe(
+        tmp_path / "tiny.yaml", model={"factory": "test_bad_input:branchy"}, check={"samples": 4, "seed": 0}
+    )
     from torch2ms.stages.export import sample_inputs
 
     signs = {bool(s["input"][0, 0, 0, 0] > 0) for s in sample_inputs(load_recipe(path))}
     assert signs == {True, False}, "the samples must take both branches for this test to mean anything"
     logs: list[str] = []
     result = run_until(path, logs=logs)
-    assert any("export: the trace may not generalize to other inputs" in m and "test_bad_input.py" in m and "Python boolean" in m for m in logs), logs
+    assert any(
+        "export: the trace may not generalize to other inputs" in m
+        and "test_bad_input.py" in m
+        and "Python boolean" in m
+        for m in logs
+    ), logs
     export = result.stages[0]
     assert export.status == "failed" and "relative error" in export.reason
     assert export.record["extra"]["tracer_warnings"]
@@ -270,7 +339,10 @@ def test_data_dependent_branch_is_warned_about_and_caught_by_the_check(tmp_path)
 
 
 def _ckpt_recipe(tmp_path: Path, name: str = "weights.pt") -> Path:
-    return write_recipe(tmp_path / "tiny.yaml", model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": name})
+    return write_recipe(
+        tmp_path / "tiny.yaml",
+        model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": name},
+    )
 
 
 def test_missing_checkpoint_file(tmp_path):
@@ -322,7 +394,10 @@ def test_checkpoint_mismatch_lists_every_missing_unexpected_and_misshaped_key(tm
     assert info.value.exit_code == EXIT_USAGE
     assert "missing keys (2): head.bias, stem.1.running_var" in msg
     assert "unexpected keys (2): extra.weight, module.stem.0.weight" in msg
-    assert "shape mismatches (2): block.0.weight: checkpoint [8, 8, 5, 5] vs model [8, 8, 3, 3], head.weight: checkpoint [7, 8] vs model [5, 8]" in msg
+    assert (
+        "shape mismatches (2): block.0.weight: checkpoint [8, 8, 5, 5] vs model [8, 8, 3, 3], head.weight: checkpoint [7, 8] vs model [5, 8]"
+        in msg
+    )
     assert "is it the checkpoint of this model and these model.kwargs?" in msg
     assert not (tmp_path / "runs" / "tiny" / "export").exists()
 
@@ -371,7 +446,9 @@ def good_onnx_bytes() -> bytes:
     from tiny_models import tiny_net
 
     buf = io.BytesIO()
-    torch.onnx.export(tiny_net().eval(), (torch.randn(1, 3, 32, 32),), buf, dynamo=False, opset_version=17, input_names=["input"])
+    torch.onnx.export(
+        tiny_net().eval(), (torch.randn(1, 3, 32, 32),), buf, dynamo=False, opset_version=17, input_names=["input"]
+    )
     return buf.getvalue()
 
 
@@ -386,7 +463,9 @@ def test_truncated_onnx(tmp_path, good_onnx_bytes, fraction):
     assert "is the file truncated? re-export it" in str(info.value)
 
 
-@pytest.mark.parametrize("content", [b"", b"hello, I am a text file\n", b"PK\x03\x04" + bytes(200)], ids=["empty", "text", "zip"])
+@pytest.mark.parametrize(
+    "content", [b"", b"hello, I am a text file\n", b"PK\x03\x04" + bytes(200)], ids=["empty", "text", "zip"]
+)
 def test_non_onnx_file(tmp_path, content):
     path = tmp_path / "model.onnx"
     path.write_bytes(content)
@@ -418,7 +497,7 @@ def test_opset_bounds_are_accepted(tmp_path):
 
 
 def test_unsupported_ops_are_all_listed_grouped_by_op(tmp_path):
-    from torch2ms.stages.rebuild import convert_graph
+    from torch2ms.conversion import convert_graph
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -449,7 +528,11 @@ def test_unsupported_ops_are_all_listed_grouped_by_op(tmp_path):
 
 
 def test_unsupported_ops_in_the_rebuild_stage_abort_it_cleanly(tmp_path):
-    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "test_bad_input:unsupported_ops"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}])
+    path = write_recipe(
+        tmp_path / "tiny.yaml",
+        model={"factory": "test_bad_input:unsupported_ops"},
+        inputs=[{"name": "input", "shape": [1, 3, 8, 8]}],
+    )
     with pytest.raises(UnsupportedOpsError) as info:
         run_until(path, until="rebuild")
     msg = str(info.value)
@@ -484,9 +567,17 @@ def test_nan_or_inf_is_never_within_tolerance():
     ref = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     cases = {
         "reference NaN": (ref, np.where(ref > 0.5, np.nan, ref).astype(np.float32), "reference output has 3 NaN"),
-        "same NaN both sides": (np.where(ref > 0.5, np.nan, ref), np.where(ref > 0.5, np.nan, ref), "reference output has 3 NaN"),
+        "same NaN both sides": (
+            np.where(ref > 0.5, np.nan, ref),
+            np.where(ref > 0.5, np.nan, ref),
+            "reference output has 3 NaN",
+        ),
         "stage Inf": (np.where(ref == ref.max(), np.inf, ref), ref, "stage output has 1 Inf"),
-        "stage -Inf and NaN": (np.where(ref < -0.5, -np.inf, np.where(ref > 0.9, np.nan, ref)), ref, "stage output has 1 NaN and 3 Inf"),
+        "stage -Inf and NaN": (
+            np.where(ref < -0.5, -np.inf, np.where(ref > 0.9, np.nan, ref)),
+            ref,
+            "stage output has 1 NaN and 3 Inf",
+        ),
     }
     for label, (actual, reference, expected) in cases.items():
         m = compare_arrays("out", actual, reference)
@@ -505,11 +596,18 @@ def test_compare_outputs_flags_per_output_name():
 
 
 def test_cli_nan_in_pytorch_reference_fails_the_export_stage(tmp_path):
-    write_recipe(tmp_path / "tiny.yaml", model={"factory": "test_bad_input:log_of_input"}, inputs=[{"name": "input", "shape": [1, 3, 4, 4]}])
+    write_recipe(
+        tmp_path / "tiny.yaml",
+        model={"factory": "test_bad_input:log_of_input"},
+        inputs=[{"name": "input", "shape": [1, 3, 4, 4]}],
+    )
     r = cli("convert", "--recipe", "tiny.yaml", cwd=tmp_path)
     assert r.returncode == EXIT_CHECK_FAILED, r.stderr
     msg = flat(r.stderr)
-    assert re.search(r"stage 'export' failed: PyTorch's own output is not finite on the sample inputs \(output 'output': reference output has \d+ NaN\)", msg), msg
+    assert re.search(
+        r"stage 'export' failed: PyTorch's own output is not finite on the sample inputs \(output 'output': reference output has \d+ NaN\)",
+        msg,
+    ), msg
     assert "fix the model, its weights" in msg and "within tolerance" not in msg
     root = tmp_path / "runs" / "tiny"
     record = json.loads((root / "export" / "stage.json").read_text())
@@ -536,11 +634,19 @@ def test_stage_output_with_inf_fails_that_stage(tmp_path, monkeypatch):
     result = Runner(load_recipe(path), log=lambda m: None).run()
     write_reports(result)
     status = {s.stage: s.status for s in result.stages}
-    assert status == {"export": "passed", "rebuild": "passed", "fold": "failed", "compile": "not run", "mindir": "not run"}
+    assert status == {
+        "export": "passed",
+        "rebuild": "passed",
+        "fold": "failed",
+        "compile": "not run",
+        "mindir": "not run",
+    }
     assert result.failed_stage.reason == "output 'output': stage output has 1 Inf"
     record = json.loads((result.root / "fold" / "stage.json").read_text())
     assert record["status"] == "failed" and record["worst"]["rel_error"] == "nan"
-    with pytest.raises(CheckFailed, match="stage 'fold' is out of tolerance against PyTorch: output 'output': stage output has 1 Inf") as info:
+    with pytest.raises(
+        CheckFailed, match="stage 'fold' is out of tolerance against PyTorch: output 'output': stage output has 1 Inf"
+    ) as info:
         raise_for(result)
     assert info.value.exit_code == EXIT_CHECK_FAILED
     assert "| fold | failed |" in (result.root / "report.md").read_text()
@@ -558,7 +664,10 @@ def test_stage_output_of_the_wrong_shape_fails_the_stage_cleanly(tmp_path, monke
 
     monkeypatch.setattr(RebuildStage, "run", wrong_shape)
     path = write_recipe(tmp_path / "tiny.yaml")
-    with pytest.raises(StageFailed, match=r"stage 'rebuild' failed after \['export'\]: its outputs cannot be compared with PyTorch's: output 'output': shape \(2, 4\) differs from the reference's \(2, 5\)") as info:
+    with pytest.raises(
+        StageFailed,
+        match=r"stage 'rebuild' failed after \['export'\]: its outputs cannot be compared with PyTorch's: output 'output': shape \(2, 4\) differs from the reference's \(2, 5\)",
+    ) as info:
         run_until(path, until="rebuild")
     assert info.value.exit_code == EXIT_CHECK_FAILED
     root = tmp_path / "runs" / "tiny"
@@ -567,7 +676,9 @@ def test_stage_output_of_the_wrong_shape_fails_the_stage_cleanly(tmp_path, monke
 
 
 def test_missing_sample_data_file(tmp_path):
-    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "missing.npy"}])
+    path = write_recipe(
+        tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "missing.npy"}]
+    )
     with pytest.raises(RecipeError) as info:
         run_until(path)
     assert info.value.exit_code == EXIT_USAGE
@@ -577,7 +688,12 @@ def test_missing_sample_data_file(tmp_path):
 
 def test_sample_data_of_the_wrong_shape(tmp_path):
     np.save(tmp_path / "sample.npy", np.zeros((1, 3, 16, 16), np.float32))
-    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}])
-    with pytest.raises(RecipeError, match=r"inputs\.input\.data: .*sample\.npy has shape \[1, 3, 16, 16\], the recipe says \[1, 3, 32, 32\]"):
+    path = write_recipe(
+        tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}]
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"inputs\.input\.data: .*sample\.npy has shape \[1, 3, 16, 16\], the recipe says \[1, 3, 32, 32\]",
+    ):
         run_until(path)
     assert not (tmp_path / "runs" / "tiny" / "export").exists()

@@ -57,7 +57,11 @@ def test_link_report_replaces_its_own_section(tmp_path):
 
 def test_bench_tiny_writes_table_json_and_png(tiny_recipe):
     _load_commands()
-    result = CliRunner().invoke(app, ["bench", "--recipe", str(tiny_recipe), "--runs", "2", "--warmup", "1", "--no-fusion"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--recipe", str(tiny_recipe), "--runs", "2", "--warmup", "1", "--no-fusion"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     bench_dir = tiny_recipe.parent / "runs" / "tiny" / "bench"
     data = json.loads((bench_dir / "bench.json").read_text())
@@ -83,11 +87,18 @@ def test_targets_pick_the_fastest_correct_mindspore_variant():
     def r(ms, status="ok", rss=None):
         return {"status": status, "median_ms": ms, "peak_rss_mb": rss}
 
-    data = {"batches": {"1": {
-        "torch": r(40.0), "onnxruntime": r(30.0), "ms_pynative_plain": r(100.0, rss=900),
-        "ms_graph_folded": r(45.0), "ms_graph_folded_gk": r(20.0, status="wrong"),  # fast but wrong: never "best"
-        "ms_mindir": r(48.0, rss=800),
-    }}}
+    data = {
+        "batches": {
+            "1": {
+                "torch": r(40.0),
+                "onnxruntime": r(30.0),
+                "ms_pynative_plain": r(100.0, rss=900),
+                "ms_graph_folded": r(45.0),
+                "ms_graph_folded_gk": r(20.0, status="wrong"),  # fast but wrong: never "best"
+                "ms_mindir": r(48.0, rss=800),
+            }
+        }
+    }
     got = {t.split(": ", 1)[1]: (v, met) for t, v, met in targets(data)}
     assert all("best = ms_graph_folded 45.0 ms" in t for t, _, _ in targets(data)[:3])
     assert got["speed-up vs PyNative plain >= 2x"] == ("2.22x", True)

@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from conftest import run_cli, write_recipe
 from onnx import TensorProto, helper
 
-from conftest import run_cli, write_recipe
 from torch2ms.errors import EXIT_USAGE
 from torch2ms.pipeline.workspace import sha256_file
 
@@ -66,7 +66,9 @@ def test_every_unsupported_op_and_value_is_reported_grouped(tmp_path, capsys):
     assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /head/GridSample\n", msg), msg
     assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /tail/CumSum\n", msg), msg
     assert re.search(r"Resize\s+x1\s+mode='cubic' not supported\s+first node: /up/Resize\n", msg), msg
-    assert re.search(r"Conv\s+x1\s+only 2-D convolution is supported \(input rank 3\)\s+first node: /seq/Conv\n", msg), msg
+    assert re.search(
+        r"Conv\s+x1\s+only 2-D convolution is supported \(input rank 3\)\s+first node: /seq/Conv\n", msg
+    ), msg
     assert "/stem/Conv" not in msg and "Relu" not in msg  # the supported nodes are not listed
     assert "hint: see `torch2ms ops` for the supported operators" in msg
     assert "OK" not in captured.out
@@ -78,7 +80,15 @@ def tiny_onnx(tmp_path_factory) -> tuple:
 
     path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
     buf = io.BytesIO()
-    torch.onnx.export(tiny_net().eval(), (torch.randn(1, 3, 32, 32),), buf, dynamo=False, opset_version=17, input_names=["input"], training=torch.onnx.TrainingMode.PRESERVE)
+    torch.onnx.export(
+        tiny_net().eval(),
+        (torch.randn(1, 3, 32, 32),),
+        buf,
+        dynamo=False,
+        opset_version=17,
+        input_names=["input"],
+        training=torch.onnx.TrainingMode.PRESERVE,
+    )
     path.write_bytes(buf.getvalue())
     return path, onnx.load(str(path))
 
@@ -96,7 +106,9 @@ def test_convertible_model_gets_an_ok_line(tiny_onnx, capsys):
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
     assert {"Conv", "BatchNormalization", "Add", "Resize", "Gemm"} <= set(ops)
     listing = ", ".join(f"{op} x{k}" for op, k in sorted(ops.items()))
-    assert f"OK {path} (opset 17): {sum(ops.values())} nodes of {len(ops)} op types, all convertible: {listing}" in out, out
+    assert (
+        f"OK {path} (opset 17): {sum(ops.values())} nodes of {len(ops)} op types, all convertible: {listing}" in out
+    ), out
 
 
 def test_a_dynamic_input_needs_its_shape(tmp_path, tiny_onnx, capsys):
@@ -108,7 +120,10 @@ def test_a_dynamic_input_needs_its_shape(tmp_path, tiny_onnx, capsys):
     onnx.save(dyn, path)
     assert run_cli("check", str(path)) == EXIT_USAGE
     err = flat(capsys.readouterr().err)
-    assert "input 'input' has a dynamic shape [None, 3, 32, 32]" in err and "hint: give its static shape with --shape NAME=1,3,224,224" in err
+    assert (
+        "input 'input' has a dynamic shape [None, 3, 32, 32]" in err
+        and "hint: give its static shape with --shape NAME=1,3,224,224" in err
+    )
     assert run_cli("check", str(path), "--shape", "input=2,3,32,32") == 0
     assert "all convertible" in capsys.readouterr().out
     assert run_cli("check", str(path), "--shape", "input=2,x") == EXIT_USAGE
@@ -130,7 +145,12 @@ def test_recipe_is_exported_once_then_reused(tmp_path, capsys):
 
 
 def test_recipe_with_unsupported_ops(tmp_path, capsys):
-    recipe = write_recipe(tmp_path / "bad.yaml", name="bad", model={"factory": "test_bad_input:unsupported_ops"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}])
+    recipe = write_recipe(
+        tmp_path / "bad.yaml",
+        name="bad",
+        model={"factory": "test_bad_input:unsupported_ops"},
+        inputs=[{"name": "input", "shape": [1, 3, 8, 8]}],
+    )
     assert run_cli("check", "--recipe", str(recipe)) == EXIT_USAGE
     msg = capsys.readouterr().err
     assert "2 op types in" in msg and "model.onnx (opset 17) cannot be converted" in flat(msg)

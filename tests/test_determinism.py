@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, TESTS, write_recipe
+
 from torch2ms.pipeline.workspace import load_npz
 from torch2ms.recipe import STAGES
 
@@ -40,7 +40,15 @@ BYTE_IDENTICAL = [
     "fold/tensor_map.json",
     "fold/conversion.json",
 ]
-TIMING_KEYS = {"seconds", "compile_s", "median_ms", "p90_ms", "first_call_s", "pynative_median_ms", "speedup_vs_pynative"}
+TIMING_KEYS = {
+    "seconds",
+    "compile_s",
+    "median_ms",
+    "p90_ms",
+    "first_call_s",
+    "pynative_median_ms",
+    "speedup_vs_pynative",
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,14 @@ def two_runs(tmp_path_factory):
     for seed in ("1", "2"):
         out = work / f"out_seed{seed}"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]), PYTHONHASHSEED=seed, GLOG_v="3")
-        r = subprocess.run([sys.executable, "-m", "torch2ms", "convert", "--recipe", "tiny.yaml", "--out", str(out)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-m", "torch2ms", "convert", "--recipe", "tiny.yaml", "--out", str(out)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr
         roots.append(out / "tiny")
     return roots
@@ -125,7 +140,9 @@ def test_mindir_same_weights_operators_and_outputs(two_runs):
     assert pa == pb_ and len(pa) == 8  # 3 folded convs (weight, bias) + the linear head
     assert oa == ob
     # our module name no longer differs between the runs (it was hash(path), per process)
-    names = {n.name.split(":")[0] for n in ma.graph.node if ":" in n.name} | {n.name.split(":")[0] for n in mb.graph.node if ":" in n.name}
+    names = {n.name.split(":")[0] for n in ma.graph.node if ":" in n.name} | {
+        n.name.split(":")[0] for n in mb.graph.node if ":" in n.name
+    }
     generated = {re.sub(r"^\d+_\d+_", "", re.sub(r"_construct_\d+$", "", n)) for n in names}
     assert len(generated) == 1, generated
 

@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import onnx
 import pytest
-
 from conftest import REPO, TESTS, run_cli, write_recipe
+
 from torch2ms.compare import compare_arrays
-from torch2ms.converters import registry
+from torch2ms.converters import api, registry
 from torch2ms.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
 from torch2ms.pipeline.runner import Runner, raise_for
@@ -35,7 +35,7 @@ def _wide(wide_console):
 def inject(monkeypatch, op_type: str, fn) -> None:
     """Replace every registration of ``op_type`` by ``fn`` (a deliberately wrong converter)."""
     registry.registrations()  # import every converter module first
-    monkeypatch.setitem(registry._REGISTRY, ("", op_type), [registry.Registration(op_type, 1, fn)])
+    monkeypatch.setitem(api.REGISTRY, ("", op_type), [api.Registration(op_type, 1, fn)])
 
 
 def wrong_add(em):
@@ -77,7 +77,9 @@ def good_run(tmp_path_factory):
     """A correct conversion up to fold, shared by the read-only tests."""
     path = write_recipe(tmp_path_factory.mktemp("good") / "tiny.yaml")
     result = Runner(load_recipe(path), log=lambda m: None).run(until="fold")
-    assert [s.status for s in result.stages[:3]] == ["passed"] * 3, [(s.stage, s.status, s.reason) for s in result.stages]
+    assert [s.status for s in result.stages[:3]] == ["passed"] * 3, [
+        (s.stage, s.status, s.reason) for s in result.stages
+    ]
     return path, result.root
 
 
@@ -104,7 +106,11 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
     # the failure names the node and its line; diff.md is part of the stage's artifacts
     assert f"first diverging node: Add '/Add' at {network}:{line} (add = proj_0 - stem_0)" in status["rebuild"].reason
     record = json.loads((stage_dir / "stage.json").read_text())
-    assert record["status"] == "failed" and record["diff"].startswith("first diverging node: Add '/Add'") and "diff.md" in record["artifacts"]
+    assert (
+        record["status"] == "failed"
+        and record["diff"].startswith("first diverging node: Add '/Add'")
+        and "diff.md" in record["artifacts"]
+    )
     with pytest.raises(CheckFailed) as info:
         raise_for(result)
     assert "/Add" in str(info.value) and str(stage_dir / "diff.md") in str(info.value)
@@ -112,9 +118,17 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
     # The CLI in a fresh process (real converters there): it reads the generated code on disk.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]), GLOG_v="3")
     (stage_dir / "diff.json").unlink()
-    r = subprocess.run([sys.executable, "-m", "torch2ms", "diff", "--recipe", str(recipe)], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch2ms", "diff", "--recipe", str(recipe)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == EXIT_CHECK_FAILED, r.stderr
-    assert "rebuild: 10 tensors of the generated code compared with onnxruntime on 2 sample(s)" in r.stdout  # --stage defaults to the failed one
+    assert (
+        "rebuild: 10 tensors of the generated code compared with onnxruntime on 2 sample(s)" in r.stdout
+    )  # --stage defaults to the failed one
     assert re.search(r"first diverging node: Add /Add \(computes '.*Add_output_0'\)", r.stdout), r.stdout
     assert f"  code:   {network}:{line}\n          add = proj_0 - stem_0\n" in r.stdout, r.stdout
     assert "after it: 6 more tensor(s) out of tolerance, inherited" in r.stdout
@@ -139,7 +153,11 @@ def test_wrong_folded_bias_is_localized_to_that_conv_in_the_fold_stage(tmp_path,
     network = result.root / "fold" / "network.py"
     diff = json.loads((result.root / "fold" / "diff.json").read_text())
     first = assert_localized(diff, "/block/block.0/Conv", line_of(network, "block_0 = self.block_0("))
-    assert first["op"] == "ConvBnAct" and first["origin"] == ["/block/block.0/Conv", "/block/block.1/BatchNormalization", "/block/block.2/Clip"]
+    assert first["op"] == "ConvBnAct" and first["origin"] == [
+        "/block/block.0/Conv",
+        "/block/block.1/BatchNormalization",
+        "/block/block.2/Clip",
+    ]
     onnx_path = result.root / "export" / "model.onnx"
     assert first["tensor"] == onnx_node(onnx_path, "/block/block.2/Clip").output[0]
     conv = onnx_node(onnx_path, "/block/block.0/Conv")
@@ -154,7 +172,12 @@ def test_wrong_folded_bias_is_localized_to_that_conv_in_the_fold_stage(tmp_path,
 
 def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeypatch):
     inject(monkeypatch, "Sigmoid", wrong_sigmoid)
-    recipe = write_recipe(tmp_path / "seg.yaml", name="seg", model={"factory": "tiny_models:tiny_seg"}, inputs=[{"name": "input", "shape": [1, 3, 16, 16]}])
+    recipe = write_recipe(
+        tmp_path / "seg.yaml",
+        name="seg",
+        model={"factory": "tiny_models:tiny_seg"},
+        inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
+    )
     result = Runner(load_recipe(recipe), log=lambda m: None).run(until="rebuild")
     assert result.stages[1].status == "failed"
     network = result.root / "rebuild" / "network.py"
@@ -179,7 +202,9 @@ def test_a_crashing_localization_never_hides_the_stage_failure(tmp_path, monkeyp
     assert "first diverging node" not in rebuild.reason
     assert any("could not be localized (RuntimeError: probe exploded)" in m for m in logs), logs
     assert not (result.root / "rebuild" / "diff.json").exists()
-    with pytest.raises(CheckFailed, match="stage 'rebuild' is out of tolerance against PyTorch: output 'output'") as info:
+    with pytest.raises(
+        CheckFailed, match="stage 'rebuild' is out of tolerance against PyTorch: output 'output'"
+    ) as info:
         raise_for(result)
     assert "torch2ms diff --stage rebuild" in str(info.value)
 
@@ -230,8 +255,13 @@ def test_diff_cli_errors_name_what_is_missing(tmp_path, capsys):
     recipe = write_recipe(tmp_path / "tiny.yaml")
     assert run_cli("diff", "--recipe", str(recipe)) == EXIT_USAGE
     err = re.sub(r"\s+", "", capsys.readouterr().err)  # rich wraps long paths anywhere
-    assert f"{tmp_path / 'runs' / 'tiny' / 'export' / 'model.onnx'}:notfound" not in err  # all missing files are listed first
-    assert str(tmp_path / "runs" / "tiny" / "rebuild" / "tensor_map.json") in err and "therebuildstagehasnotrunfor'tiny'" in err
+    assert (
+        f"{tmp_path / 'runs' / 'tiny' / 'export' / 'model.onnx'}:notfound" not in err
+    )  # all missing files are listed first
+    assert (
+        str(tmp_path / "runs" / "tiny" / "rebuild" / "tensor_map.json") in err
+        and "therebuildstagehasnotrunfor'tiny'" in err
+    )
     assert f"run`torch2msconvert--recipe{recipe}`first" in err
     assert run_cli("diff", "--recipe", str(recipe), "--stage", "compile") == EXIT_USAGE
     assert "--stage 'compile': choose one of rebuild, fold" in capsys.readouterr().err
@@ -286,6 +316,8 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     model.producer_name = "re-exported"
     onnx.save(model, onnx_path)
     samples, _ = split_reference(load_npz(tmp_path / "run" / "export" / "reference.npz"))
-    with pytest.raises(Torch2msError, match=r"fold/network\.py was generated from another ONNX file than .*model\.onnx") as info:
+    with pytest.raises(
+        Torch2msError, match=r"fold/network\.py was generated from another ONNX file than .*model\.onnx"
+    ) as info:
         localize(onnx_path, tmp_path / "run" / "fold", samples, Tolerance(), "fold")
     assert "run `torch2ms convert` again" in str(info.value)

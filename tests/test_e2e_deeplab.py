@@ -25,12 +25,23 @@ def conv_bn_chains(onnx_path: Path) -> int:
     for n in g.node:
         for i in n.input:
             users.setdefault(i, []).append(n)
-    return sum(1 for n in g.node if n.op_type == "Conv" and [u.op_type for u in users.get(n.output[0], [])] == ["BatchNormalization"])
+    return sum(
+        1
+        for n in g.node
+        if n.op_type == "Conv" and [u.op_type for u in users.get(n.output[0], [])] == ["BatchNormalization"]
+    )
 
 
 def convert(recipe: Path, out: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "torch2ms", "convert", "--recipe", str(recipe), "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(recipe), "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
 
 
 def test_deeplabv3plus_end_to_end(tmp_path):

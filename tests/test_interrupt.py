@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TESTS, write_recipe
+
 from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, LockedError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import RunDir
@@ -42,7 +42,9 @@ def convert_cmd(out: Path) -> list[str]:
 
 
 def start(cwd: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen(convert_cmd(out), cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        convert_cmd(out), cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def convert(cwd: Path, out: Path) -> subprocess.CompletedProcess:
@@ -61,7 +63,13 @@ def stable_view(rec: dict) -> dict:
     """What must not depend on the run: artifact hashes (except NOT_BYTE_STABLE), fingerprint, metrics."""
     arts = {k: v for k, v in rec["artifacts"].items() if (rec["stage"], k) not in NOT_BYTE_STABLE}
     counts = {k: v for k, v in rec["counts"].items() if k != "mindir_bytes"}  # the MindIR's size varies too
-    return {"status": rec["status"], "fingerprint": rec["fingerprint"], "artifacts": arts, "metrics": rec["metrics"], "counts": counts}
+    return {
+        "status": rec["status"],
+        "fingerprint": rec["fingerprint"],
+        "artifacts": arts,
+        "metrics": rec["metrics"],
+        "counts": counts,
+    }
 
 
 def wait_stopped(pid: int, timeout: float = 5.0) -> None:
@@ -189,7 +197,9 @@ def test_ctrl_c_exits_130_says_where_and_how_to_resume(workdir, stage):
     assert f"interrupted during stage '{stage}'; completed stages are kept. Resume with: {again}" in msg
     assert "Traceback" not in stderr
     assert not (root / ".lock").exists() and not (root / f".{stage}.partial").exists() and not (root / stage).exists()
-    resumed = subprocess.run([sys.executable, "-m", *again.split()], cwd=workdir, env=env(), capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", *again.split()], cwd=workdir, env=env(), capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr
     statuses = {s: json.loads((root / s / "stage.json").read_text())["status"] for s in STAGES}
     assert statuses == dict.fromkeys(STAGES, "passed")
@@ -240,7 +250,9 @@ else:
 
 def test_live_lock_refuses_with_the_owners_pid(tmp_path):
     root = tmp_path / "runs" / "tiny"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root), "0", "60"], env=env(), stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root), "0", "60"], env=env(), stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(LockedError) as info:
@@ -260,7 +272,12 @@ def test_only_one_of_many_simultaneous_runs_gets_a_stale_lock(tmp_path):
         root.mkdir()
         (root / ".lock").write_text(str(dead_pid()))
         go = time.time() + 2.0
-        procs = [subprocess.Popen([sys.executable, "-c", HOLD, str(root), str(go), "1.5"], env=env(), stdout=subprocess.PIPE, text=True) for _ in range(6)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", HOLD, str(root), str(go), "1.5"], env=env(), stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(6)
+        ]
         answers = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
         assert answers == ["locked"] + ["refused"] * 5, (trial, answers)
 
@@ -319,11 +336,17 @@ def test_changed_or_deleted_artifacts_rerun_exactly_the_affected_stages(tmp_path
 
         shutil.rmtree(root / "mindir")
 
-    mutate_and_check(delete_rebuild_ckpt, ["rebuild"], "rebuild: network.ckpt changed since it was written; running it again")
+    mutate_and_check(
+        delete_rebuild_ckpt, ["rebuild"], "rebuild: network.ckpt changed since it was written; running it again"
+    )
     mutate_and_check(edit_fold_code, ["fold"], "fold: network.py changed since it was written; running it again")
     assert "0 * " not in (root / "fold" / "network.py").read_text()
-    mutate_and_check(flip_a_byte_of_the_onnx, ["export"], "export: model.onnx changed since it was written; running it again")
-    mutate_and_check(delete_reference, ["export"], "export: reference.npz changed since it was written; running it again")
+    mutate_and_check(
+        flip_a_byte_of_the_onnx, ["export"], "export: model.onnx changed since it was written; running it again"
+    )
+    mutate_and_check(
+        delete_reference, ["export"], "export: reference.npz changed since it was written; running it again"
+    )
     mutate_and_check(corrupt_compile_record, ["compile"], None)
     mutate_and_check(remove_mindir_folder, ["mindir"], None)
 
@@ -336,7 +359,9 @@ def test_new_sample_data_in_the_same_file_reruns_export(tmp_path):
 
     data = tmp_path / "sample.npy"
     np.save(data, np.full((1, 3, 32, 32), 0.5, np.float32))
-    path = write_recipe(tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}])
+    path = write_recipe(
+        tmp_path / "tiny.yaml", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "data": "sample.npy"}]
+    )
 
     def export_status():
         return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0].status
@@ -353,7 +378,9 @@ def test_edited_model_source_reruns_export(tmp_path):
     """Editing the factory's module was invisible to the fingerprint: the old conversion stayed 'up to date'."""
     src = tmp_path / "my_model.py"
     src.write_text("from torch import nn\n\ndef net():\n    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())\n")
-    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "my_model:net"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}])
+    path = write_recipe(
+        tmp_path / "tiny.yaml", model={"factory": "my_model:net"}, inputs=[{"name": "input", "shape": [1, 3, 8, 8]}]
+    )
 
     def export():
         return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0]

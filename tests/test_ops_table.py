@@ -4,9 +4,9 @@ converter registry: the file must be current, and the table must say what the re
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO, run_cli
-from torch2ms.converters import registry
+
+from torch2ms.converters import api, registry
 from torch2ms.graph.ir import Node
 from torch2ms.ops_table import MARKDOWN_FILE, operator_rows, render_markdown
 
@@ -14,7 +14,9 @@ from torch2ms.ops_table import MARKDOWN_FILE, operator_rows, render_markdown
 def test_docs_operators_md_is_current():
     path = REPO / MARKDOWN_FILE
     assert path.is_file(), f"{MARKDOWN_FILE} is missing: run `torch2ms ops --write {MARKDOWN_FILE}`"
-    assert path.read_text() == render_markdown(), f"{MARKDOWN_FILE} is out of date with the converter registry: run `torch2ms ops --write {MARKDOWN_FILE}` and commit it"
+    assert path.read_text() == render_markdown(), (
+        f"{MARKDOWN_FILE} is out of date with the converter registry: run `torch2ms ops --write {MARKDOWN_FILE}` and commit it"
+    )
 
 
 def fake_v1(em, *, alpha=0.5, mode="a|b"):
@@ -30,11 +32,20 @@ def fake_v13(em, *, alpha=0.5, **extra):
 
 def test_rows_come_from_the_registrations(monkeypatch):
     registry.registrations()
-    monkeypatch.setitem(registry._REGISTRY, ("", "Fake"), [registry.Registration("Fake", 1, fake_v1), registry.Registration("Fake", 13, fake_v13)])
-    monkeypatch.setitem(registry._REGISTRY, ("vendor", "Odd"), [registry.Registration("Odd", 11, lambda em: None, "vendor")])
+    monkeypatch.setitem(
+        api.REGISTRY, ("", "Fake"), [api.Registration("Fake", 1, fake_v1), api.Registration("Fake", 13, fake_v13)]
+    )
+    monkeypatch.setitem(api.REGISTRY, ("vendor", "Odd"), [api.Registration("Odd", 11, lambda em: None, "vendor")])
     rows = [r for r in operator_rows() if r.op_type in ("Fake", "Odd")]
-    assert [(r.op_type, r.domain, r.opsets) for r in rows] == [("Fake", "ai.onnx", "1-12"), ("Fake", "ai.onnx", "13+"), ("Odd", "vendor", "11+")]
-    assert rows[0].signature == "Fake(X) -> Y   attrs: alpha, mode" and rows[0].attributes == ("alpha=0.5", "mode='a|b'")
+    assert [(r.op_type, r.domain, r.opsets) for r in rows] == [
+        ("Fake", "ai.onnx", "1-12"),
+        ("Fake", "ai.onnx", "13+"),
+        ("Odd", "vendor", "11+"),
+    ]
+    assert rows[0].signature == "Fake(X) -> Y   attrs: alpha, mode" and rows[0].attributes == (
+        "alpha=0.5",
+        "mode='a|b'",
+    )
     assert rows[1].attributes == ("alpha=0.5", "**extra") and rows[2].attributes == () and rows[2].signature == "Odd"
     md = render_markdown()
     assert "| Fake | ai.onnx | 1-12 | Fake(X) -> Y   attrs: alpha, mode | `alpha=0.5`, `mode='a\\|b'` |" in md
@@ -52,7 +63,7 @@ def test_an_attribute_outside_the_table_is_refused():
         if any(a.startswith("**") for a in row.attributes):
             continue  # takes any attribute and checks them itself (torch2ms.ConvBnAct)
         node = Node("n", reg.op_type, ["x"], ["y"], {"not_an_onnx_attribute": 1})
-        with pytest.raises(registry.Unsupported, match="attribute 'not_an_onnx_attribute' not supported"):
+        with pytest.raises(api.Unsupported, match="attribute 'not_an_onnx_attribute' not supported"):
             registry.call_converter(reg, None, node)
         checked += 1
     assert checked >= 50

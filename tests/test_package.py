@@ -55,7 +55,11 @@ def tiny_bundle(tmp_path_factory) -> tuple[Path, Path]:
 def seg_bundle(tmp_path_factory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("seg")
     recipe = write_recipe(
-        d / "seg.yaml", name="tinyseg", task="segmentation", model={"factory": "tiny_models:tiny_seg", "kwargs": {"classes": 3}, "seed": 0}, preprocess={**PREPROCESS, "color": "bgr"}
+        d / "seg.yaml",
+        name="tinyseg",
+        task="segmentation",
+        model={"factory": "tiny_models:tiny_seg", "kwargs": {"classes": 3}, "seed": 0},
+        preprocess={**PREPROCESS, "color": "bgr"},
     )
     return recipe, _package(recipe, d / "dist")
 
@@ -69,8 +73,19 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile("manifest.json").read())
-    expected = {"model/network.mindir", "model/model.onnx", "manifest.json", "infer.py", "README.md", "samples/reference.npz", "compatibility.md", "compatibility.json"}
-    expected |= {f"targets/atlas-200i-dk-a2/{f}" for f in ("converter_lite.sh", "converter_lite.cfg", "atc.sh", "aipp.cfg")}
+    expected = {
+        "model/network.mindir",
+        "model/model.onnx",
+        "manifest.json",
+        "infer.py",
+        "README.md",
+        "samples/reference.npz",
+        "compatibility.md",
+        "compatibility.json",
+    }
+    expected |= {
+        f"targets/atlas-200i-dk-a2/{f}" for f in ("converter_lite.sh", "converter_lite.cfg", "atc.sh", "aipp.cfg")
+    }
     assert set(names) == expected and names == sorted(names)
     assert set(manifest["files"]) == expected - {"manifest.json"}
     assert manifest["inputs"] == [{"name": "input", "shape": [1, 3, 32, 32], "dtype": "float32", "layout": "NCHW"}]
@@ -92,13 +107,19 @@ def test_packaging_twice_is_byte_identical(tiny_bundle, tmp_path):
     assert second.read_bytes() == first.read_bytes()
     with tarfile.open(second) as tar:
         assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in tar} == {(0, 0, 0, "", "")}
-        assert {m.name: oct(m.mode) for m in tar if m.mode == 0o755} == {"infer.py": "0o755", "targets/atlas-200i-dk-a2/atc.sh": "0o755", "targets/atlas-200i-dk-a2/converter_lite.sh": "0o755"}
+        assert {m.name: oct(m.mode) for m in tar if m.mode == 0o755} == {
+            "infer.py": "0o755",
+            "targets/atlas-200i-dk-a2/atc.sh": "0o755",
+            "targets/atlas-200i-dk-a2/converter_lite.sh": "0o755",
+        }
     assert second.read_bytes()[4:8] == b"\0\0\0\0"  # gzip mtime 0
     assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_package_refuses_a_failed_run(tmp_path, capsys):
-    recipe = write_recipe(tmp_path / "t.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999}, preprocess=PREPROCESS)
+    recipe = write_recipe(
+        tmp_path / "t.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999}, preprocess=PREPROCESS
+    )
     assert _cli(["package", "--recipe", str(recipe), "--out", str(tmp_path / "dist")]) == 1
     assert "out of tolerance" in capsys.readouterr().err
     assert not (tmp_path / "dist").exists()
@@ -179,10 +200,16 @@ def test_unreadable_input_exits_2(tmp_path, capsys):
 
 
 def test_aipp_folds_mean_std_and_scale():
-    cfg = aipp_cfg({"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "color": "bgr"}, 30, 40)
+    cfg = aipp_cfg(
+        {"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "color": "bgr"}, 30, 40
+    )
     values = dict(line.strip().split(": ") for line in cfg.splitlines() if ": " in line and not line.startswith("#"))
     assert values["src_image_size_w"] == "40" and values["src_image_size_h"] == "30"
-    assert values["input_format"] == "RGB888_U8" and values["rbuv_swap_switch"] == "true" and values["csc_switch"] == "false"
+    assert (
+        values["input_format"] == "RGB888_U8"
+        and values["rbuv_swap_switch"] == "true"
+        and values["csc_switch"] == "false"
+    )
     assert float(values["min_chn_0"]) == pytest.approx(0.485 * 255, abs=1e-5) and values["mean_chn_0"] == "0"
     assert float(values["var_reci_chn_2"]) == pytest.approx(1 / (0.225 * 255), rel=1e-8)
     # AIPP's formula reproduces the recipe's normalisation for every pixel value
@@ -223,7 +250,9 @@ def _run_infer(bundle_dir: Path, *args: str) -> subprocess.CompletedProcess:
         f"sys.argv = ['infer.py', *{list(args)!r}]; runpy.run_path('infer.py', run_name='__main__')"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    return subprocess.run([sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=240
+    )
 
 
 def _test_image(path: Path) -> Path:
@@ -270,7 +299,10 @@ def test_infer_py_alone_matches_torch_on_an_image(which, tiny_bundle, seg_bundle
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
     result = json.loads((tmp_path / "pred.json").read_text())
     if which == "classification":
-        assert result["top_k"][0]["index"] == int(want.argmax()) and result["top_k"][0]["name"] == CLASSES[int(want.argmax())]
+        assert (
+            result["top_k"][0]["index"] == int(want.argmax())
+            and result["top_k"][0]["name"] == CLASSES[int(want.argmax())]
+        )
         assert len(result["top_k"]) == 5
     else:
         from PIL import Image

@@ -31,11 +31,21 @@ def conv_bn_model(act: str | None = "Relu", extra_use: bool = False, c: int = 4)
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["conv_out"], name="/block/conv/Conv", pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["conv_out", "gamma", "beta", "mean", "var"], ["bn_out"], name="/block/bn/BatchNormalization", epsilon=1e-3, momentum=0.9),
+        helper.make_node(
+            "BatchNormalization",
+            ["conv_out", "gamma", "beta", "mean", "var"],
+            ["bn_out"],
+            name="/block/bn/BatchNormalization",
+            epsilon=1e-3,
+            momentum=0.9,
+        ),
     ]
     last = "bn_out"
     if act == "Clip":
-        inits += [numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+        inits += [
+            numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+            numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        ]
         nodes.append(helper.make_node("Clip", ["bn_out", "lo", "hi"], ["act_out"], name="/block/act/Clip"))
         last = "act_out"
     elif act:
@@ -46,7 +56,9 @@ def conv_bn_model(act: str | None = "Relu", extra_use: bool = False, c: int = 4)
     if extra_use:
         nodes.append(helper.make_node("Sigmoid", ["conv_out"], ["side"], name="/side/Sigmoid"))
         outputs.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, None))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])], outputs, inits)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])], outputs, inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -59,7 +71,9 @@ def _ort(model, x):
     return sess.run(None, {"x": x})
 
 
-@pytest.mark.parametrize("act,kind", [("Relu", "Relu"), ("Clip", "Relu6"), ("HardSwish", "HardSwish"), ("Sigmoid", "Sigmoid"), (None, "")])
+@pytest.mark.parametrize(
+    "act,kind", [("Relu", "Relu"), ("Clip", "Relu6"), ("HardSwish", "HardSwish"), ("Sigmoid", "Sigmoid"), (None, "")]
+)
 def test_fuse_fires_once_and_leaves_one_node(act, kind):
     g = _load(conv_bn_model(act))
     fired = run_passes(g, [EliminateIdentity(), FuseConvBnAct()])
@@ -102,7 +116,9 @@ def test_fold_bn_weights_matches_torch_fusion():
     conv.eval(), bn.eval()
     fused = torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)
     t = lambda p: p.detach().numpy()  # noqa: E731
-    w, b = fold_bn_weights(t(conv.weight), t(conv.bias), t(bn.weight), t(bn.bias), t(bn.running_mean), t(bn.running_var), bn.eps)
+    w, b = fold_bn_weights(
+        t(conv.weight), t(conv.bias), t(bn.weight), t(bn.bias), t(bn.running_mean), t(bn.running_var), bn.eps
+    )
     np.testing.assert_allclose(w, t(fused.weight), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b, t(fused.bias), rtol=1e-5, atol=1e-6)
     x = torch.randn(2, 3, 9, 9)
@@ -113,7 +129,9 @@ def test_fold_bn_weights_matches_torch_fusion():
 
 def test_fold_bn_weights_without_conv_bias():
     w = RNG.standard_normal((2, 1, 1, 1)).astype(np.float32)
-    wf, bf = fold_bn_weights(w, None, np.array([2.0, 1.0]), np.array([0.5, 0.0]), np.array([1.0, -1.0]), np.array([3.0, 0.0]), 1.0)
+    wf, bf = fold_bn_weights(
+        w, None, np.array([2.0, 1.0]), np.array([0.5, 0.0]), np.array([1.0, -1.0]), np.array([3.0, 0.0]), 1.0
+    )
     np.testing.assert_allclose(wf.ravel(), w.ravel() * np.array([1.0, 1.0]), rtol=1e-6)
     np.testing.assert_allclose(bf, [(0 - 1) * 1.0 + 0.5, (0 + 1) * 1.0], rtol=1e-6)
 
@@ -131,7 +149,9 @@ def test_fold_removes_every_batchnorm_and_keeps_numbers(fuse):
     # Evaluate the rewritten conv with torch: it must equal onnxruntime on the original model.
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
     w, b = (g.const(i) for i in conv.inputs[1:])
-    y = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding=1)).numpy()
+    y = torch.relu(
+        torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding=1)
+    ).numpy()
     (ref,) = _ort(model, x)
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 
@@ -143,7 +163,10 @@ def test_fold_does_not_fire_on_batchnorm_without_conv():
         helper.make_node("Relu", ["x"], ["r"], name="/relu/Relu"),
         helper.make_node("BatchNormalization", ["r", "g", "b", "m", "v"], ["y"], name="/bn/BatchNormalization"),
     ]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     g = _load(model)
     assert FoldBatchNorm().apply(g) == 0
     assert [n.op_type for n in g.nodes] == ["Relu", "BatchNormalization"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import write_recipe
+
 from torch2ms.errors import CheckFailed
 from torch2ms.pipeline.report import write_reports
 from torch2ms.pipeline.runner import Runner, raise_for
@@ -58,7 +58,11 @@ def test_all_stages_pass_and_write_their_artifacts(converted):
     assert rebuild["conv2d_bn_act"] == 3 and rebuild["batchnorm_layers"] == 0
     assert fold["batchnorm_folded"] == 3 and fold["batchnorm_left"] == 0
     src = (root / "rebuild" / "network.py").read_text()
-    assert src.count("nn.Conv2dBnAct(") == 3 and "has_bn=True" in src and "BatchNorm" not in src.split("class ")[1].split("def construct")[0].replace("Conv2dBnAct", "")
+    assert (
+        src.count("nn.Conv2dBnAct(") == 3
+        and "has_bn=True" in src
+        and "BatchNorm" not in src.split("class ")[1].split("def construct")[0].replace("Conv2dBnAct", "")
+    )
     assert "has_bn=True" not in (root / "fold" / "network.py").read_text()
     report = json.loads((root / "report.json").read_text())
     assert report["passed"] and [s["stage"] for s in report["stages"]] == list(STAGES)
@@ -89,7 +93,13 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
 
     write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4})
     changed = run(path)
-    assert statuses(changed) == {"export": "up to date", "rebuild": "up to date", "fold": "up to date", "compile": "passed", "mindir": "passed"}
+    assert statuses(changed) == {
+        "export": "up to date",
+        "rebuild": "up to date",
+        "fold": "up to date",
+        "compile": "passed",
+        "mindir": "passed",
+    }
 
     write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4}, rebuild={"fuse_conv_bn_act": False})
     unfused = run(path)
@@ -98,7 +108,13 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
     assert counts["conv2d_bn_act"] == 0 and counts["batchnorm_layers"] == 3
 
     from_fold = run(path, from_stage="fold")
-    assert statuses(from_fold) == {"export": "up to date", "rebuild": "up to date", "fold": "passed", "compile": "passed", "mindir": "passed"}
+    assert statuses(from_fold) == {
+        "export": "up to date",
+        "rebuild": "up to date",
+        "fold": "passed",
+        "compile": "passed",
+        "mindir": "passed",
+    }
     assert statuses(run(path, force=True)) == dict.fromkeys(STAGES, "passed")
 
 
@@ -164,14 +180,22 @@ def test_crashed_stage_leaves_nothing_that_looks_complete(tmp_path, monkeypatch)
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(FoldStage, "run", boom)
-    with pytest.raises(StageFailed, match=r"stage 'fold' failed after \['export', 'rebuild'\]: RuntimeError: disk on fire"):
+    with pytest.raises(
+        StageFailed, match=r"stage 'fold' failed after \['export', 'rebuild'\]: RuntimeError: disk on fire"
+    ):
         run(path)
     root = tmp_path / "runs" / "tiny"
     assert not (root / "fold").exists() and not (root / ".fold.partial").exists()
     assert not (root / ".lock").exists()
     monkeypatch.undo()
     resumed = run(path)
-    assert statuses(resumed) == {"export": "up to date", "rebuild": "up to date", "fold": "passed", "compile": "passed", "mindir": "passed"}
+    assert statuses(resumed) == {
+        "export": "up to date",
+        "rebuild": "up to date",
+        "fold": "passed",
+        "compile": "passed",
+        "mindir": "passed",
+    }
 
 
 def test_leftover_partial_folder_is_cleaned_and_not_trusted(tmp_path):
@@ -207,7 +231,10 @@ def test_checkpoint_weights_are_used(tmp_path):
             p.add_(torch.randn_like(p) * 0.1)
     ckpt = tmp_path / "weights.pt"
     torch.save(model.state_dict(), ckpt)
-    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": "weights.pt"})
+    path = write_recipe(
+        tmp_path / "tiny.yaml",
+        model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": "weights.pt"},
+    )
     result = Runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
     assert statuses(result)["rebuild"] == "passed"
     ref = load_npz(result.root / "export" / "reference.npz")

@@ -21,8 +21,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-
 from random_nets import build, net_specs
+
 from torch2ms.errors import Torch2msError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import STAGES, parse_recipe
@@ -99,22 +99,106 @@ def test_strategy_draws_every_block_kind_and_valid_shapes():
 
 
 # Networks hypothesis found failing, kept as explicit cases (spec, opset, xfail reason or None).
-_STEM = {"type": "conv", "out": 1, "k": 1, "stride": 1, "pad": 0, "dil": 1, "groups": 1, "bias": False, "bn": False, "act": None}
+_STEM = {
+    "type": "conv",
+    "out": 1,
+    "k": 1,
+    "stride": 1,
+    "pad": 0,
+    "dil": 1,
+    "groups": 1,
+    "bias": False,
+    "bn": False,
+    "act": None,
+}
 REGRESSIONS: list[tuple[dict, int, str | None]] = [
-    ({"h": 12, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}], "classes": None}, 11, None),  # bilinear by a scale with 13 * 0.5 not integral: was mapped with in/out
-    ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 1.5}], "classes": None}, 17, None),
+    (
+        {
+            "h": 12,
+            "w": 13,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}],
+            "classes": None,
+        },
+        11,
+        None,
+    ),  # bilinear by a scale with 13 * 0.5 not integral: was mapped with in/out
+    (
+        {
+            "h": 13,
+            "w": 13,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 1.5}],
+            "classes": None,
+        },
+        17,
+        None,
+    ),
     # same sizes, but integral or align_corners=True: these convert correctly
-    ({"h": 12, "w": 14, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}], "classes": None}, 17, None),
-    ({"h": 12, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": True, "scale": 0.5}], "classes": None}, 17, None),
-    ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "resize", "align_corners": False, "size": [20, 7]}], "classes": None}, 17, None),
-    ({"h": 12, "w": 12, "in_ch": 3, "blocks": [_STEM, {"type": "maxpool", "k": 1, "stride": 1, "pad": 0, "ceil": True}], "classes": None}, 11, None),  # MaxPool ceil_mode without pads: was refused by MindSpore
-    ({"h": 13, "w": 13, "in_ch": 3, "blocks": [_STEM, {"type": "maxpool", "k": 2, "stride": 2, "pad": 0, "ceil": True}], "classes": None}, 17, None),
+    (
+        {
+            "h": 12,
+            "w": 14,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "resize", "align_corners": False, "scale": 0.5}],
+            "classes": None,
+        },
+        17,
+        None,
+    ),
+    (
+        {
+            "h": 12,
+            "w": 13,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "resize", "align_corners": True, "scale": 0.5}],
+            "classes": None,
+        },
+        17,
+        None,
+    ),
+    (
+        {
+            "h": 13,
+            "w": 13,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "resize", "align_corners": False, "size": [20, 7]}],
+            "classes": None,
+        },
+        17,
+        None,
+    ),
+    (
+        {
+            "h": 12,
+            "w": 12,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "maxpool", "k": 1, "stride": 1, "pad": 0, "ceil": True}],
+            "classes": None,
+        },
+        11,
+        None,
+    ),  # MaxPool ceil_mode without pads: was refused by MindSpore
+    (
+        {
+            "h": 13,
+            "w": 13,
+            "in_ch": 3,
+            "blocks": [_STEM, {"type": "maxpool", "k": 2, "stride": 2, "pad": 0, "ceil": True}],
+            "classes": None,
+        },
+        17,
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     "spec, opset",
-    [pytest.param(s, o, marks=[pytest.mark.xfail(strict=True, reason=r)] if r else [], id=f"case{i}") for i, (s, o, r) in enumerate(REGRESSIONS)],
+    [
+        pytest.param(s, o, marks=[pytest.mark.xfail(strict=True, reason=r)] if r else [], id=f"case{i}")
+        for i, (s, o, r) in enumerate(REGRESSIONS)
+    ],
 )
 def test_regression(spec, opset, tmp_path):
     assert_converts_equivalently(spec, opset, tmp_path)

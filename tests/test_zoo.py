@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
 from conftest import REPO, TESTS
+
 from torch2ms.cli import main
 from torch2ms.errors import RecipeError
 from torch2ms.recipe import STAGES
@@ -32,7 +32,7 @@ TINY = [
     {"name": "tiny_net", "model": {"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}}},
     {"name": "tiny_seg", "task": "segmentation", "model": {"factory": "tiny_models:tiny_seg"}},
 ]
-FAULTS = '''
+FAULTS = """
 import os, signal, time
 
 def raises():
@@ -50,7 +50,7 @@ def killed():  # what the kernel's out-of-memory killer does
 def hog():
     data = b"x" * (1500 * 2**20)  # written, so resident
     time.sleep(600)
-'''
+"""
 
 
 def write_zoo(folder: Path, models: list[dict], defaults: dict = DEFAULTS) -> Path:
@@ -102,19 +102,35 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         assert r["worst_rel_error"] <= 1e-4 and r["min_cosine"] >= 0.99999
         assert r["latency_ms"] > 0 and r["peak_rss_mb"] > 100 and r["convert_s"] > 0
         assert (out / r["name"] / "report.json").is_file()  # the ordinary run folder
-    assert (rows["tiny_net"]["onnx_nodes"], rows["tiny_net"]["conv2d_bn_act"], rows["tiny_net"]["batchnorm_folded"]) == (18, 3, 3)
+    assert (
+        rows["tiny_net"]["onnx_nodes"],
+        rows["tiny_net"]["conv2d_bn_act"],
+        rows["tiny_net"]["batchnorm_folded"],
+    ) == (18, 3, 3)
     assert (rows["tiny_seg"]["conv2d_bn_act"], rows["tiny_seg"]["batchnorm_folded"]) == (1, 1)
 
     md = (out / "summary.md").read_text()
     assert "**2/2 models passed (100.0%)**" in md
-    md_rows = {c[0]: c for c in ([x.strip() for x in ln.strip().strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| tiny_"))}
+    md_rows = {
+        c[0]: c
+        for c in (
+            [x.strip() for x in ln.strip().strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| tiny_")
+        )
+    }
     page = (out / "summary.html").read_text()
     assert "2/2 models passed (100.0%)" in page
-    html_rows = {c[0]: c for c in ([html.unescape(x) for x in re.findall(r"<td[^>]*>(.*?)</td>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", page)) if c}
+    html_rows = {
+        c[0]: c
+        for c in (
+            [html.unescape(x) for x in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", page)
+        )
+        if c
+    }
     for name, r in rows.items():
         expect = [r["status"], *(r["stages"][s] for s in STAGES)]
-        assert md_rows[name][1:2 + len(STAGES)] == expect
-        assert html_rows[name][1:2 + len(STAGES)] == expect
+        assert md_rows[name][1 : 2 + len(STAGES)] == expect
+        assert html_rows[name][1 : 2 + len(STAGES)] == expect
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -155,7 +171,9 @@ def faulty_zoo(tiny_zoo, tmp_path_factory):
     (folder / "faults.py").write_text(FAULTS)  # importable: the zoo file's folder is searched
     out = folder / "runs"
     shutil.copytree(tiny_out / "tiny_net", out / "tiny_net")
-    models = [TINY[0]] + [{"name": n, "model": {"factory": f"faults:{n}"}} for n in ("raises", "hangs", "exits", "killed", "hog")]
+    models = [TINY[0]] + [
+        {"name": n, "model": {"factory": f"faults:{n}"}} for n in ("raises", "hangs", "exits", "killed", "hog")
+    ]
     models[5]["max_memory_mb"] = 1000
     models[2]["timeout"] = 12  # its own; the others keep --timeout, so a slow start cannot turn them into timeouts
     path = write_zoo(folder, models)
@@ -191,7 +209,9 @@ def test_a_hanging_worker_is_killed_at_the_timeout(faulty_zoo):
 
 def test_a_worker_that_exits_or_is_killed_is_a_crashed_model(faulty_zoo):
     rows = faulty_zoo[2]
-    assert rows["exits"]["status"] == "crashed" and "exited with code 3 during stage 'export'" in rows["exits"]["reason"]
+    assert (
+        rows["exits"]["status"] == "crashed" and "exited with code 3 during stage 'export'" in rows["exits"]["reason"]
+    )
     assert rows["exits"]["stages"]["export"] == "crashed"
     killed = rows["killed"]
     assert killed["status"] == "crashed" and "SIGKILL" in killed["reason"] and "out-of-memory" in killed["reason"]
@@ -207,7 +227,10 @@ def test_a_worker_over_its_memory_limit_is_killed_as_out_of_memory(faulty_zoo):
     "zoo, where",
     [
         ({"models": [TINY[0]], "defautls": {}}, "defautls: unknown key"),
-        ({"defaults": {"compile": {"graph_kernal": "off"}}, "models": [TINY[0]]}, "defaults.compile.graph_kernal: unknown key"),
+        (
+            {"defaults": {"compile": {"graph_kernal": "off"}}, "models": [TINY[0]]},
+            "defaults.compile.graph_kernal: unknown key",
+        ),
         ({"models": [TINY[0], {"name": "b", "model": {"factroy": "x:y"}}]}, "models[1] (b).model.factroy: unknown key"),
         ({"models": [TINY[0], {"model": {"factory": "x:y"}}]}, "models[1] (unnamed).name: required field is missing"),
         ({"models": [TINY[0], TINY[0]]}, "models[1].name: 'tiny_net' is already used by models[0]"),
@@ -224,7 +247,9 @@ def test_a_bad_zoo_file_names_the_field(tmp_path, zoo, where):
 
 def test_recipe_entries_merge_defaults_file_and_overrides(tmp_path):
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "net.yaml").write_text(yaml.safe_dump({**TINY[0], "inputs": [{"shape": [1, 3, 16, 16]}], "compile": {"runs": 7}}))
+    (tmp_path / "r" / "net.yaml").write_text(
+        yaml.safe_dump({**TINY[0], "inputs": [{"shape": [1, 3, 16, 16]}], "compile": {"runs": 7}})
+    )
     zoo = {"defaults": DEFAULTS, "models": [{"recipe": "r/net.yaml", "name": "net2", "compile": {"warmup": 0}}]}
     (m,) = parse_zoo(zoo, "zoo.yaml", tmp_path)
     assert m.name == "net2" and m.recipe.inputs[0].shape == (1, 3, 16, 16)
@@ -245,7 +270,9 @@ def test_ray_executor_gives_the_same_statuses_as_local(tiny_zoo, tmp_path):
     local = {r["name"]: (r["status"], r["stages"]) for r in first["models"]}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        data = run_batch(load_zoo(path), ZooOptions(out_root=tmp_path / "ray", executor="ray", jobs=2), str(path), log=lambda m: None)
+        data = run_batch(
+            load_zoo(path), ZooOptions(out_root=tmp_path / "ray", executor="ray", jobs=2), str(path), log=lambda m: None
+        )
     finally:
         ray.shutdown()
     assert data["executor"] == "ray" and data["headline"] == "2/2 models passed (100.0%)"
@@ -276,7 +303,11 @@ def test_ci_zoo_every_model_passes(tmp_path):
     out = tmp_path / "ci"
     code = zoo_cli(REPO / "recipes" / "zoo" / "ci.yaml", "--jobs", 2, "--out", out)
     rows = {r["name"]: r for r in summary(out)["models"]}
-    failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed" and n not in CI_KNOWN_GAPS}
+    failed = {
+        n: f"{r['status']}: {r['reason']}"
+        for n, r in rows.items()
+        if r["status"] != "passed" and n not in CI_KNOWN_GAPS
+    }
     assert not failed, failed
     fixed = [n for n in CI_KNOWN_GAPS if rows[n]["status"] == "passed"]
     assert not fixed, f"{fixed} pass now: remove them from CI_KNOWN_GAPS"

@@ -11,7 +11,9 @@ from torch.nn import functional as F
 class TinyNet(nn.Module):
     def __init__(self, num_classes: int = 5, width: int = 8):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+        )
         self.block = nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU6())
         self.proj = nn.Sequential(nn.Conv2d(width, width, 1, bias=False), nn.BatchNorm2d(width))
         self.pool = nn.MaxPool2d(3, stride=2, padding=1)

@@ -69,7 +69,9 @@ class MetricsAccumulator:
     def add(self, actual, reference) -> None:
         actual, reference = np.asarray(actual), np.asarray(reference)
         if actual.shape != reference.shape:
-            raise ValueError(f"output {self.name!r}: shape {actual.shape} differs from the reference's {reference.shape}")
+            raise ValueError(
+                f"output {self.name!r}: shape {actual.shape} differs from the reference's {reference.shape}"
+            )
         a, r = actual.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
         for label, x in zip(self.labels, (r, a)):
             self.nan[label] += int(np.isnan(x).sum())
@@ -112,9 +114,7 @@ def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> Outp
     return acc.metrics(agree)
 
 
-def compare_outputs(
-    actual: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]
-) -> list[OutputMetrics]:
+def compare_outputs(actual: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]) -> list[OutputMetrics]:
     """Compare per output name over all samples (samples stacked along a new leading axis)."""
     if len(actual) != len(reference):
         raise ValueError(f"{len(actual)} samples produced, {len(reference)} expected")
@@ -129,4 +129,6 @@ def compare_outputs(
 
 def worst(metrics: list[OutputMetrics]) -> OutputMetrics:
     """The output furthest from the reference (non-finite first, then relative error)."""
-    return max(metrics, key=lambda m: (m.nonfinite is not None, m.rel_error if math.isfinite(m.rel_error) else math.inf))
+    return max(
+        metrics, key=lambda m: (m.nonfinite is not None, m.rel_error if math.isfinite(m.rel_error) else math.inf)
+    )

@@ -109,7 +109,9 @@ class DiffReport:
     def summary(self) -> str:
         """One sentence for failure messages."""
         if self.first is None:
-            return f"every tensor of the generated code is within tolerance of onnxruntime ({len(self.tensors)} compared)"
+            return (
+                f"every tensor of the generated code is within tolerance of onnxruntime ({len(self.tensors)} compared)"
+            )
         t = self.first
         return f"first diverging node: {t.op} {t.node!r} at {self.location()} ({self.code.strip()}): {t.problem}"
 
@@ -122,7 +124,9 @@ class DiffReport:
                 "file": str(self.code_file),
                 "code": self.code.strip(),
                 "onnx_nodes": self.onnx_nodes,
-                "input_metrics": {i: by_var[i].metrics.to_dict() for i in self.first.inputs if i in by_var and by_var[i].metrics},
+                "input_metrics": {
+                    i: by_var[i].metrics.to_dict() for i in self.first.inputs if i in by_var and by_var[i].metrics
+                },
             }
         return {
             "stage": self.stage,
@@ -144,11 +148,20 @@ class DiffReport:
 def _construct(source: str) -> ast.FunctionDef:
     tree = ast.parse(source)
     construct = next(
-        (f for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "construct"),
+        (
+            f
+            for c in tree.body
+            if isinstance(c, ast.ClassDef)
+            for f in c.body
+            if isinstance(f, ast.FunctionDef) and f.name == "construct"
+        ),
         None,
     )
     if construct is None or not isinstance(construct.body[-1], ast.Return):
-        raise Torch2msError("network.py: no `construct` method ending in `return` to probe", hint="the file was edited; re-generate it with `torch2ms convert --from rebuild`")
+        raise Torch2msError(
+            "network.py: no `construct` method ending in `return` to probe",
+            hint="the file was edited; re-generate it with `torch2ms convert --from rebuild`",
+        )
     return construct
 
 
@@ -173,7 +186,9 @@ def probe_source(source: str, variables: list[str]) -> str:
     ret = _construct(source).body[-1]
     lines = source.splitlines()
     indent = lines[ret.lineno - 1][: ret.col_offset]
-    lines[ret.lineno - 1 : ret.end_lineno] = [f"{indent}return ({', '.join(variables)},)"] + [""] * (ret.end_lineno - ret.lineno)
+    lines[ret.lineno - 1 : ret.end_lineno] = [f"{indent}return ({', '.join(variables)},)"] + [""] * (
+        ret.end_lineno - ret.lineno
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -213,7 +228,13 @@ def _onnx_nodes(model) -> dict[str, dict]:
     out = {}
     for i, n in enumerate(model.graph.node):
         attrs = {a.name: _plain(_attr_value(a)) for a in n.attribute}
-        out[n.name or f"{n.op_type}_{i}"] = {"node": n.name or f"{n.op_type}_{i}", "op": n.op_type, "attributes": attrs, "inputs": list(n.input), "outputs": list(n.output)}
+        out[n.name or f"{n.op_type}_{i}"] = {
+            "node": n.name or f"{n.op_type}_{i}",
+            "op": n.op_type,
+            "attributes": attrs,
+            "inputs": list(n.input),
+            "outputs": list(n.output),
+        }
     return out
 
 
@@ -227,13 +248,19 @@ def _entry_inputs(entry: dict, nodes: dict[str, dict], constants: set[str]) -> l
     return [i for n in origin for i in n["inputs"] if i and i not in inner and i not in constants]
 
 
-def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarray]], tolerance: Tolerance, stage: str, display_dir: Path | None = None) -> DiffReport:
+def localize(
+    onnx_path: Path,
+    stage_dir: Path,
+    samples: list[dict[str, np.ndarray]],
+    tolerance: Tolerance,
+    stage: str,
+    display_dir: Path | None = None,
+) -> DiffReport:
     """Compare every tensor of the stage's generated code with onnxruntime; find the culprit."""
     import onnx
 
     from torch2ms import msutil
     from torch2ms.graph.load import session_with_outputs
-
     from torch2ms.pipeline.workspace import sha256_file
 
     tol = Tolerance(tolerance.rel_error, tolerance.cosine, 0.0)
@@ -254,7 +281,9 @@ def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarra
     names = list(dict.fromkeys(e["tensor"] for e in compared))
     variables = list(dict.fromkeys(e["var"] for e in compared))
     if not compared:
-        raise Torch2msError(f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to compare")
+        raise Torch2msError(
+            f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to compare"
+        )
 
     sess = session_with_outputs(model, names)
     ms = msutil.mindspore()
@@ -269,7 +298,9 @@ def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarra
             captured = dict(zip(variables, values))
             for e in compared:
                 value = captured[e["var"]]
-                acc[e["tensor"]].add(value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]])
+                acc[e["tensor"]].add(
+                    value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]]
+                )
     finally:
         ms.set_context(mode=mode)
 
@@ -278,7 +309,16 @@ def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarra
     for e in compared:
         a = acc[e["tensor"]]
         m = None if a.problem else a.metrics()
-        t = TensorDiff(e["tensor"], e["var"], lines.get(e["var"], e["line"]), e["node"], e["op"], e.get("origin", [e["node"]]), _entry_inputs(e, nodes, constants), m)
+        t = TensorDiff(
+            e["tensor"],
+            e["var"],
+            lines.get(e["var"], e["line"]),
+            e["node"],
+            e["op"],
+            e.get("origin", [e["node"]]),
+            _entry_inputs(e, nodes, constants),
+            m,
+        )
         t.problem = a.problem or "; ".join(tol.violations(m))
         tensors.append(t)
     ok = {t.tensor: t.ok for t in tensors}
@@ -286,10 +326,14 @@ def localize(onnx_path: Path, stage_dir: Path, samples: list[dict[str, np.ndarra
     first = first or next((t for t in tensors if not t.ok), None)
     code_file = (display_dir or stage_dir) / "network.py"
     graph_inputs = [i.name for i in model.graph.input if i.name not in constants]
-    report = DiffReport(stage, code_file, len(samples), tol, tensors, first, not_compared=not_compared, graph_inputs=graph_inputs)
+    report = DiffReport(
+        stage, code_file, len(samples), tol, tensors, first, not_compared=not_compared, graph_inputs=graph_inputs
+    )
     if first is not None:
         report.code = source.splitlines()[first.line - 1]
-        report.onnx_nodes = [{k: v for k, v in nodes[n].items() if k in ("node", "op", "attributes")} for n in first.origin if n in nodes]
+        report.onnx_nodes = [
+            {k: v for k, v in nodes[n].items() if k in ("node", "op", "attributes")} for n in first.origin if n in nodes
+        ]
     return report
 
 
@@ -327,21 +371,40 @@ def render_text(report: DiffReport) -> str:
     ]
     for i in t.inputs:
         src = by_tensor.get(i)
-        what = f"({src.var}): {_fmt(src.metrics)}" if src else "(a graph input)" if i in report.graph_inputs else "(not compared)"
+        what = (
+            f"({src.var}): {_fmt(src.metrics)}"
+            if src
+            else "(a graph input)"
+            if i in report.graph_inputs
+            else "(not compared)"
+        )
         lines.append(f"  input:  {i!r} {what}")
     for k, n in enumerate(report.onnx_nodes):
         lines.append(f"  {'onnx:' if k == 0 else '':<7} {n['node']} ({n['op']}: {_attrs_text(n['attributes'])})")
     rest = report.inherited
     if rest:
-        lines.append(f"  after it: {len(rest)} more tensor(s) out of tolerance, inherited (last: {rest[-1].var}, {_fmt(rest[-1].metrics)})")
+        lines.append(
+            f"  after it: {len(rest)} more tensor(s) out of tolerance, inherited (last: {rest[-1].var}, {_fmt(rest[-1].metrics)})"
+        )
     return "\n".join(lines)
 
 
 def render_markdown(report: DiffReport) -> str:
-    lines = [f"# Divergence localization: stage {report.stage}", "", "```", render_text(report), "```", "", "| line | variable | op | node | tensor | result |", "|---:|---|---|---|---|---|"]
+    lines = [
+        f"# Divergence localization: stage {report.stage}",
+        "",
+        "```",
+        render_text(report),
+        "```",
+        "",
+        "| line | variable | op | node | tensor | result |",
+        "|---:|---|---|---|---|---|",
+    ]
     for t in report.tensors:
         mark = "**first divergence**: " if t is report.first else ""
-        lines.append(f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | {mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} |")
+        lines.append(
+            f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | {mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} |"
+        )
     if report.not_compared:
         lines += ["", f"Not compared (not an ONNX node output): {', '.join(report.not_compared)}"]
     return "\n".join(lines) + "\n"

@@ -71,7 +71,10 @@ def build_model(recipe: Recipe):
     try:
         model = factory(**spec.kwargs)
     except Exception as err:
-        raise ModelError(f"model.factory: {spec.factory}(**{spec.kwargs}) raised {type(err).__name__}: {err}", hint="check model.kwargs") from None
+        raise ModelError(
+            f"model.factory: {spec.factory}(**{spec.kwargs}) raised {type(err).__name__}: {err}",
+            hint="check model.kwargs",
+        ) from None
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"model.factory: {spec.factory} returned {type(model).__name__}, not a torch.nn.Module")
     if spec.checkpoint:
@@ -100,20 +103,37 @@ def load_checkpoint(model, path: Path) -> None:
             hint="it holds more than tensors (possibly code that would run on load); save only model.state_dict()",
         ) from None
     except Exception as err:
-        raise ModelError(f"model.checkpoint: {path} is not a PyTorch checkpoint ({type(err).__name__}: {err})") from None
+        raise ModelError(
+            f"model.checkpoint: {path} is not a PyTorch checkpoint ({type(err).__name__}: {err})"
+        ) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
-        raise ModelError(f"model.checkpoint: {path} is not a state_dict (a mapping of names to tensors)", hint="save it with torch.save(model.state_dict(), path)")
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ModelError(
+            f"model.checkpoint: {path} is not a state_dict (a mapping of names to tensors)",
+            hint="save it with torch.save(model.state_dict(), path)",
+        )
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
-    mismatched = [f"{k}: checkpoint {list(state[k].shape)} vs model {list(own[k].shape)}" for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    mismatched = [
+        f"{k}: checkpoint {list(state[k].shape)} vs model {list(own[k].shape)}"
+        for k in sorted(set(own) & set(state))
+        if state[k].shape != own[k].shape
+    ]
     if missing or unexpected or mismatched:
         lines = [f"model.checkpoint: {path} does not fit the model:"]
-        for title, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched)):
+        for title, items in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("shape mismatches", mismatched),
+        ):
             if items:
-                lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20]) + (" ..." if len(items) > 20 else ""))
+                lines.append(
+                    f"  {title} ({len(items)}): " + ", ".join(items[:20]) + (" ..." if len(items) > 20 else "")
+                )
         raise ModelError("\n".join(lines), hint="is it the checkpoint of this model and these model.kwargs?")
     model.load_state_dict(state, strict=True)
 

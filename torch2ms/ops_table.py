@@ -49,7 +49,16 @@ def operator_rows() -> list[OpRow]:
     for i, reg in enumerate(regs):
         nxt = regs[i + 1] if i + 1 < len(regs) else None
         same = nxt is not None and (nxt.domain, nxt.op_type) == (reg.domain, reg.op_type)
-        rows.append(OpRow(reg.op_type, reg.domain or "ai.onnx", reg.since, nxt.since - 1 if same else None, reg.signature, attributes_of(reg)))
+        rows.append(
+            OpRow(
+                reg.op_type,
+                reg.domain or "ai.onnx",
+                reg.since,
+                nxt.since - 1 if same else None,
+                reg.signature,
+                attributes_of(reg),
+            )
+        )
     return rows
 
 

@@ -127,7 +127,10 @@ class Recipe(_Strict):
 
     def stage_config(self, stage: str) -> dict[str, Any]:
         """The part of the recipe a stage depends on (its fingerprint input)."""
-        common = {"check": self.check.model_dump(mode="json"), "inputs": [i.model_dump(mode="json") for i in self.inputs]}
+        common = {
+            "check": self.check.model_dump(mode="json"),
+            "inputs": [i.model_dump(mode="json") for i in self.inputs],
+        }
         if stage == "export":
             from torch2ms.model_loader import factory_source_sha256
 
@@ -138,7 +141,10 @@ class Recipe(_Strict):
             if self.model.checkpoint:
                 path = self.resolve(self.model.checkpoint)
                 if not path.is_file():
-                    raise RecipeError(f"model.checkpoint: {path}: file not found", hint="check the path (a relative path starts at the recipe's folder)")
+                    raise RecipeError(
+                        f"model.checkpoint: {path}: file not found",
+                        hint="check the path (a relative path starts at the recipe's folder)",
+                    )
                 model["checkpoint_sha256"] = file_sha256(path)
             # the sample data's bytes, not only its path: new data in the same file is a new reference
             data = {}
@@ -146,9 +152,17 @@ class Recipe(_Strict):
                 if i.data:
                     path = self.resolve(i.data)
                     if not path.is_file():
-                        raise RecipeError(f"inputs.{i.name}.data: {path}: file not found", hint="check the path (a relative path starts at the recipe's folder)")
+                        raise RecipeError(
+                            f"inputs.{i.name}.data: {path}: file not found",
+                            hint="check the path (a relative path starts at the recipe's folder)",
+                        )
                     data[i.name] = file_sha256(path)
-            return {**common, "model": model, "export": self.export.model_dump(mode="json"), **({"inputs_data_sha256": data} if data else {})}
+            return {
+                **common,
+                "model": model,
+                "export": self.export.model_dump(mode="json"),
+                **({"inputs_data_sha256": data} if data else {}),
+            }
         return {**common, stage: getattr(self, stage).model_dump(mode="json")}
 
     def sha256(self) -> str:
@@ -162,7 +176,9 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
             while block := f.read(chunk):
                 h.update(block)
     except FileNotFoundError:
-        raise RecipeError(f"{path}: file not found", hint="check the path in the recipe (relative paths start at the recipe's folder)") from None
+        raise RecipeError(
+            f"{path}: file not found", hint="check the path in the recipe (relative paths start at the recipe's folder)"
+        ) from None
     return h.hexdigest()
 
 
@@ -186,7 +202,14 @@ def _fields_at(loc: tuple) -> list[str]:
 def _format_validation(source: str, err: ValidationError) -> str:
     errors = err.errors()
     # pydantic also says "inputs: should have at least 1 item" when an item failed: noise
-    errors = [e for e in errors if not (e["type"] == "too_short" and any(len(o["loc"]) > len(e["loc"]) and o["loc"][: len(e["loc"])] == e["loc"] for o in errors))]
+    errors = [
+        e
+        for e in errors
+        if not (
+            e["type"] == "too_short"
+            and any(len(o["loc"]) > len(e["loc"]) and o["loc"][: len(e["loc"])] == e["loc"] for o in errors)
+        )
+    ]
     lines = [f"{source}: invalid recipe ({len(errors)} problem{'s' if len(errors) > 1 else ''}):"]
     for e in errors:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
@@ -194,7 +217,11 @@ def _format_validation(source: str, err: ValidationError) -> str:
         if e["type"] == "extra_forbidden":
             allowed = _fields_at(e["loc"])
             close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
-            msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "") + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
+            msg = (
+                "unknown key"
+                + (f"; did you mean {close[0]!r}?" if close else "")
+                + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
+            )
         elif e["type"] == "missing":
             msg = "required field is missing"
         elif "input" in e and not isinstance(e["input"], (dict, list)):
@@ -215,7 +242,10 @@ def parse_recipe(data: Any, source: str = "<recipe>", base_dir: str | Path = "."
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     if not path.is_file():
-        raise RecipeError(f"{path}: recipe file not found", hint="pass an existing YAML file with --recipe, e.g. recipes/deeplabv3plus.yaml")
+        raise RecipeError(
+            f"{path}: recipe file not found",
+            hint="pass an existing YAML file with --recipe, e.g. recipes/deeplabv3plus.yaml",
+        )
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

@@ -32,7 +32,18 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-VALID_ISAS = ("default", "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL")
+VALID_ISAS = (
+    "default",
+    "SSE41",
+    "AVX",
+    "AVX2",
+    "AVX2_VNNI",
+    "AVX512_CORE",
+    "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_AMX",
+    "ALL",
+)
 # Tried on AVX-512/AMX CPUs; the AVX-512 caps below ``default`` behave like it (benchmarks/README.md).
 CANDIDATES = ("AVX2", "default")
 
@@ -100,7 +111,9 @@ print("@@PROBE " + json.dumps({"ms": sorted(times)[1] * 1e3, "rel_error": err}))
 
 
 def _cache_path() -> Path:
-    root = os.environ.get("TORCH2MS_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch2ms")
+    root = os.environ.get("TORCH2MS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch2ms"
+    )
     return Path(root) / "cpu_isa.json"
 
 
@@ -126,7 +139,7 @@ def probe(isa: str, timeout: float = 120) -> dict:
         return {"error": f"{type(err).__name__}: {err}"}
     for line in proc.stdout.splitlines():
         if line.startswith("@@PROBE "):
-            return json.loads(line[len("@@PROBE "):])
+            return json.loads(line[len("@@PROBE ") :])
     tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
     return {"error": tail[0][:200]}
 
@@ -162,7 +175,11 @@ def _auto(flags: set[str]) -> CpuChoice:
     wide = sorted(f for f in flags if f in {"avx512f", "amx_tile", "amx_bf16"})
     if not (wide and "avx2" in flags):
         return CpuChoice("default", "none", "no AVX-512/AMX on this CPU")
-    fallback = CpuChoice("AVX2", "auto", f"CPU has {', '.join(wide)}: MindSpore's oneDNN convolutions fall back to reference code above AVX2 (measured 40-80x slower)")
+    fallback = CpuChoice(
+        "AVX2",
+        "auto",
+        f"CPU has {', '.join(wide)}: MindSpore's oneDNN convolutions fall back to reference code above AVX2 (measured 40-80x slower)",
+    )
     if os.environ.get("TORCH2MS_CPU_CALIBRATE", "1") == "0" or "mindspore" in sys.modules:
         return fallback
     entry = calibrate()
@@ -171,7 +188,11 @@ def _auto(flags: set[str]) -> CpuChoice:
         return fallback
     res = entry["results"]
     timing = ", ".join(f"{isa} {r['ms']:.1f} ms" if "ms" in r else f"{isa} failed" for isa, r in res.items())
-    return CpuChoice(best, "auto", f"fastest correct on this CPU ({', '.join(wide)}) by a conv probe: {timing} (cached in {_cache_path()})")
+    return CpuChoice(
+        best,
+        "auto",
+        f"fastest correct on this CPU ({', '.join(wide)}) by a conv probe: {timing} (cached in {_cache_path()})",
+    )
 
 
 def configure_cpu(isa: str | None = None) -> CpuChoice:
@@ -195,7 +216,9 @@ def configure_cpu(isa: str | None = None) -> CpuChoice:
         if _choice.isa != "default":
             os.environ["ONEDNN_MAX_CPU_ISA"] = _choice.isa
     if "mindspore" in sys.modules and _choice.source == "auto":
-        _choice = CpuChoice(_choice.isa, _choice.source, _choice.reason + " (warning: mindspore was already imported; may not apply)")
+        _choice = CpuChoice(
+            _choice.isa, _choice.source, _choice.reason + " (warning: mindspore was already imported; may not apply)"
+        )
     return _choice
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from converters import helpers
 
 _ALL = [m for m in os.environ.get("TORCH2MS_OP_TEST_MODES", "").split(",") if m]

@@ -28,11 +28,10 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from torch2ms import msutil
-from torch2ms.codegen.builder import CodeBuilder, Emitter
+from torch2ms.conversion import convert_graph
 from torch2ms.converters.registry import analyse
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import run_passes
-from torch2ms.stages.rebuild import convert_graph
 
 REL_TOL = 1e-5
 
@@ -74,7 +73,9 @@ def f32(*values) -> Const:
     return Const(np.array(values, np.float32))
 
 
-def make_model(op_type: str, inputs: list, attrs: dict | None = None, *, opset: int = 17, n_outputs: int = 1, domain: str = "") -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def make_model(
+    op_type: str, inputs: list, attrs: dict | None = None, *, opset: int = 17, n_outputs: int = 1, domain: str = ""
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """One ``op_type`` node over ``inputs``; returns the model and its feeds."""
     names, graph_inputs, inits, feeds = [], [], [], {}
     for k, inp in enumerate(inputs):
@@ -125,13 +126,17 @@ def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple
     net = convert_graph(graph, "Network", "model.onnx", "0" * 64, "op-test")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "network.py").write_text(net.source)
-    ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in net.params.items()], str(out_dir / "network.ckpt"))
+    ms.save_checkpoint(
+        [{"name": k, "data": ms.Tensor(v)} for k, v in net.params.items()], str(out_dir / "network.ckpt")
+    )
     results = {}
     try:
         for mode in MODES:
             ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
             cell = msutil.build_network(out_dir, "optest")  # the generated build(), weights or not
-            outs = msutil.run_cell(cell, [{k: feeds[k] for k in graph.inputs}], [f"o{j}" for j in range(len(graph.outputs))])[0]
+            outs = msutil.run_cell(
+                cell, [{k: feeds[k] for k in graph.inputs}], [f"o{j}" for j in range(len(graph.outputs))]
+            )[0]
             results[mode] = list(outs.values())
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -152,7 +157,9 @@ def assert_close(actual: np.ndarray, ref: np.ndarray, rel_tol: float, where: str
     diff = np.abs(a - r)
     scale = np.abs(r).max(initial=0.0)
     rel = diff.max(initial=0.0) / scale if scale > 0 else diff.max(initial=0.0)
-    assert rel <= rel_tol, f"{where}: relative error {rel:.3g} > {rel_tol:.1g} (worst at {np.unravel_index(diff.argmax(), diff.shape)})"
+    assert rel <= rel_tol, (
+        f"{where}: relative error {rel:.3g} > {rel_tol:.1g} (worst at {np.unravel_index(diff.argmax(), diff.shape)})"
+    )
 
 
 def check_op(
@@ -176,7 +183,9 @@ def check_op(
     model, feeds = make_model(op_type, inputs, attrs, opset=opset, n_outputs=n_outputs)
     expected = run_ort(model, feeds)
     graph, _ = load(model, feeds, passes)
-    assert [n.op_type for n in graph.nodes] == (expect_nodes if expect_nodes is not None else [op_type]), "the node was folded or rewritten"
+    assert [n.op_type for n in graph.nodes] == (expect_nodes if expect_nodes is not None else [op_type]), (
+        "the node was folded or rewritten"
+    )
     results, source = convert_and_run(graph, feeds, tmp_path / "net")
     for mode, actual in results.items():
         assert len(actual) == len(expected)
@@ -185,7 +194,15 @@ def check_op(
     return source
 
 
-def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, *, passes=(), rel_tol: float = REL_TOL, expect_nodes: list[str] | None = None) -> tuple[str, dict]:
+def check_model(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    tmp_path: Path,
+    *,
+    passes=(),
+    rel_tol: float = REL_TOL,
+    expect_nodes: list[str] | None = None,
+) -> tuple[str, dict]:
     """Like ``check_op`` for a hand-built multi-node model; returns (source, pass fire counts)."""
     expected = run_ort(model, feeds)
     graph, fired = load(model, feeds, passes)
@@ -198,11 +215,13 @@ def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: 
     return source, fired
 
 
-def check_unsupported(op_type: str, inputs: list, attrs: dict | None, match: str, *, opset: int = 17, n_outputs: int = 1) -> str:
+def check_unsupported(
+    op_type: str, inputs: list, attrs: dict | None, match: str, *, opset: int = 17, n_outputs: int = 1
+) -> str:
     """The converter must refuse the node with a reason that contains ``match``."""
     model, feeds = make_model(op_type, inputs, attrs, opset=opset, n_outputs=n_outputs)
     graph, _ = load(model, feeds)
-    problems = analyse(graph, lambda node: Emitter(CodeBuilder(graph, "Network"), node))
+    problems = analyse(graph)
     assert problems, f"{op_type} {attrs} converted; expected Unsupported naming {match!r}"
     reasons = "; ".join(p.reason for p in problems)
     assert match in reasons, f"{op_type} {attrs}: reason {reasons!r} does not name {match!r}"

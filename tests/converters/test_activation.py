@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from converters.helpers import check_op, check_unsupported, const, f32, rand, x
+
 from torch2ms.converters.activation import UNARY
 
 # Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal).
@@ -18,7 +18,14 @@ _TOL = {"Tanh": 5e-5}
 def test_unary(op, tmp_path):
     low, high = _DOMAIN.get(op, (-4.0, 4.0))
     opset = 14 if op == "HardSwish" else 17
-    check_op(op, [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=low, high=high))], {}, tmp_path, opset=opset, rel_tol=_TOL.get(op, 1e-5))
+    check_op(
+        op,
+        [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=low, high=high))],
+        {},
+        tmp_path,
+        opset=opset,
+        rel_tol=_TOL.get(op, 1e-5),
+    )
 
 
 @pytest.mark.parametrize(
@@ -42,7 +49,15 @@ def test_clip_runtime_bounds_refused():
 
 
 # Clip-6 (attributes) is below the loader's opset range (11-20); its converter is called directly.
-@pytest.mark.parametrize("attrs, expected", [({"min": 0.0, "max": 6.0}, "ops.relu6(a)"), ({"min": -1.0, "max": 1.0}, "ops.clamp(a, -1.0, 1.0)"), ({"min": -1.0}, "ops.clamp(a, -1.0, None)"), ({}, "a")])
+@pytest.mark.parametrize(
+    "attrs, expected",
+    [
+        ({"min": 0.0, "max": 6.0}, "ops.relu6(a)"),
+        ({"min": -1.0, "max": 1.0}, "ops.clamp(a, -1.0, 1.0)"),
+        ({"min": -1.0}, "ops.clamp(a, -1.0, None)"),
+        ({}, "a"),
+    ],
+)
 def test_clip_opset6_attributes(attrs, expected):
     from torch2ms.converters.activation import clip_v6
 
@@ -53,7 +68,9 @@ def test_clip_opset6_attributes(attrs, expected):
     assert clip_v6(FakeEmitter(), **attrs) == expected
 
 
-@pytest.mark.parametrize("attrs", [{}, {"alpha": 1 / 6, "beta": 0.5}, {"alpha": 0.3, "beta": 0.4}], ids=["default", "pytorch", "other"])
+@pytest.mark.parametrize(
+    "attrs", [{}, {"alpha": 1 / 6, "beta": 0.5}, {"alpha": 0.3, "beta": 0.4}], ids=["default", "pytorch", "other"]
+)
 def test_hard_sigmoid(attrs, tmp_path):
     check_op("HardSigmoid", [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=-6, high=6))], attrs, tmp_path)
 
@@ -68,13 +85,19 @@ def test_gelu(approximate, tmp_path):
     check_op("Gelu", [x(2, 3, 8)], {} if approximate is None else {"approximate": approximate}, tmp_path, opset=20)
 
 
-@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), None), ((2, 3, 4, 5), -1), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 0), ((2, 3, 4, 5), -3), ((4, 10), 1)])
+@pytest.mark.parametrize(
+    "shape, axis",
+    [((2, 3, 4, 5), None), ((2, 3, 4, 5), -1), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 0), ((2, 3, 4, 5), -3), ((4, 10), 1)],
+)
 def test_softmax_opset13(shape, axis, tmp_path):
     """Opset 13+: softmax along one axis."""
     check_op("Softmax", [x(*shape)], {} if axis is None else {"axis": axis}, tmp_path, opset=13)
 
 
-@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), -1), ((2, 3, 4, 5), 3), ((2, 3, 4, 5), None), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), 0), ((4, 10), 1)])
+@pytest.mark.parametrize(
+    "shape, axis",
+    [((2, 3, 4, 5), -1), ((2, 3, 4, 5), 3), ((2, 3, 4, 5), None), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), 0), ((4, 10), 1)],
+)
 def test_softmax_opset11_flattens_from_axis(shape, axis, tmp_path):
     """Before opset 13 softmax normalises over all axes from ``axis`` on (default 1) together."""
     check_op("Softmax", [x(*shape)], {} if axis is None else {"axis": axis}, tmp_path, opset=11)
@@ -92,4 +115,6 @@ def test_dropout_with_ratio_and_mask(tmp_path):
 
 
 def test_dropout_in_training_refused():
-    check_unsupported("Dropout", [x(2, 3, 4), const(np.float32(0.3)), const(np.bool_(True))], {"seed": 0}, "training_mode")
+    check_unsupported(
+        "Dropout", [x(2, 3, 4), const(np.float32(0.3)), const(np.bool_(True))], {"seed": 0}, "training_mode"
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
 from torch2ms.passes import FoldBatchNorm, FuseConvBnAct
 
 # (input shape, out channels, attrs): kernels, strides, dilations, groups, pads as in the zoo and past it
@@ -37,7 +37,18 @@ CONV_CASES = {
     "valid": ((1, 3, 8, 8), 4, {"auto_pad": "VALID", "strides": [2, 2]}),
 }
 
-_KERNELS = {"1x1": (1, 1), "5x5_pad2": (5, 5), "7x7_s2_pad3": (7, 7), "1x7": (1, 7), "7x1": (7, 1), "1x3_3x1_strides": (1, 3), "4x4_s4_patchify": (4, 4), "same_upper_4x4": (4, 4), "same_lower_4x4_s3": (4, 4), "dil_2x1": (3, 3)}
+_KERNELS = {
+    "1x1": (1, 1),
+    "5x5_pad2": (5, 5),
+    "7x7_s2_pad3": (7, 7),
+    "1x7": (1, 7),
+    "7x1": (7, 1),
+    "1x3_3x1_strides": (1, 3),
+    "4x4_s4_patchify": (4, 4),
+    "same_upper_4x4": (4, 4),
+    "same_lower_4x4_s3": (4, 4),
+    "dil_2x1": (3, 3),
+}
 
 
 def _weight(name: str, shape, out_ch: int, attrs: dict) -> np.ndarray:
@@ -56,7 +67,9 @@ def test_conv(name, bias, tmp_path):
 
 
 def test_conv_opset11(tmp_path):
-    check_op("Conv", [x(1, 3, 8, 8), const(rand(4, 3, 3, 3)), const(rand(4))], {"pads": [1, 1, 1, 1]}, tmp_path, opset=11)
+    check_op(
+        "Conv", [x(1, 3, 8, 8), const(rand(4, 3, 3, 3)), const(rand(4))], {"pads": [1, 1, 1, 1]}, tmp_path, opset=11
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,7 +88,9 @@ def test_conv_refuses(inputs, attrs, match):
 # --- the fused ConvBnAct (made by FuseConvBnAct from Conv -> BatchNormalization -> activation) ---
 
 
-def conv_bn_act_model(act: str | None, conv_attrs: dict, c_in: int = 4, c_out: int = 4, bias: bool = False, hw: int = 8, kernel=(3, 3)) -> tuple[onnx.ModelProto, dict]:
+def conv_bn_act_model(
+    act: str | None, conv_attrs: dict, c_in: int = 4, c_out: int = 4, bias: bool = False, hw: int = 8, kernel=(3, 3)
+) -> tuple[onnx.ModelProto, dict]:
     group = conv_attrs.get("group", 1)
     inits = [numpy_helper.from_array(rand(c_out, c_in // group, *kernel, seed=3, low=-0.5, high=0.5), "w")]
     conv_in = ["x", "w"]
@@ -86,14 +101,30 @@ def conv_bn_act_model(act: str | None, conv_attrs: dict, c_in: int = 4, c_out: i
         inits.append(numpy_helper.from_array(rand(c_out, seed=len(name), low=lo, high=hi), name))
     nodes = [
         helper.make_node("Conv", conv_in, ["c"], name="/block/conv/Conv", **conv_attrs),
-        helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn" if act else "y"], name="/block/bn/BatchNormalization", epsilon=1e-3, momentum=0.9),
+        helper.make_node(
+            "BatchNormalization",
+            ["c", "gamma", "beta", "mean", "var"],
+            ["bn" if act else "y"],
+            name="/block/bn/BatchNormalization",
+            epsilon=1e-3,
+            momentum=0.9,
+        ),
     ]
     if act == "Clip":
-        inits += [numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+        inits += [
+            numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+            numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        ]
         nodes.append(helper.make_node("Clip", ["bn", "lo", "hi"], ["y"], name="/block/act/Clip"))
     elif act:
         nodes.append(helper.make_node(act, ["bn"], ["y"], name=f"/block/act/{act}"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, hw, hw])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model, {"x": rand(1, c_in, hw, hw, high=4.0)}
@@ -121,7 +152,9 @@ def test_conv_bn_act(name, fold, tmp_path):
     assert fired.get("fold_batchnorm", 0) == int(fold)
     assert "nn.Conv2dBnAct(" in source
     assert ("has_bn=True" in source) != fold
-    assert ("BatchNormalization" not in source) and source.count("nn.") == source.count("nn.Conv2dBnAct(") + source.count("nn.Cell")
+    assert ("BatchNormalization" not in source) and source.count("nn.") == source.count(
+        "nn.Conv2dBnAct("
+    ) + source.count("nn.Cell")
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])

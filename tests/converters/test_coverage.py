@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from converters.helpers import load, make_model, x
-from torch2ms.codegen.builder import CodeBuilder, Emitter
+
 from torch2ms.converters.activation import UNARY
 from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC
 from torch2ms.converters.reduce import REDUCTIONS
@@ -30,5 +30,5 @@ def test_unknown_attribute_is_refused_by_name():
     model, feeds = make_model("Relu", [x(2, 3)])
     graph, _ = load(model, feeds)
     graph.nodes[0].attrs["made_up"] = 1
-    problems = analyse(graph, lambda node: Emitter(CodeBuilder(graph, "Network"), node))
+    problems = analyse(graph)
     assert [p.reason for p in problems] == ["attribute 'made_up' not supported"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from converters.helpers import check_op, const, rand, x
+
 from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC
 
 # (A, B) shape pairs: same shape, trailing-axis, per-channel, both sides broadcasting, rank 0
@@ -99,7 +99,12 @@ def test_variadic(op, n, tmp_path):
 
 @pytest.mark.parametrize(
     "cond_shape, x_shape, y_shape, const_xy",
-    [((2, 3), (2, 3), (2, 3), False), ((3,), (2, 3), (1,), False), ((2, 1), (2, 3), (), True), ((2, 3), (), (2, 3), True)],
+    [
+        ((2, 3), (2, 3), (2, 3), False),
+        ((3,), (2, 3), (1,), False),
+        ((2, 1), (2, 3), (), True),
+        ((2, 3), (), (2, 3), True),
+    ],
     ids=["same", "broadcast", "const_scalar_y", "const_scalar_x"],
 )
 def test_where(cond_shape, x_shape, y_shape, const_xy, tmp_path):

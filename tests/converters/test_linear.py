@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
 from torch2ms.passes import MatMulToLinear
 
 
@@ -16,7 +16,9 @@ def _gemm_inputs(m, k, n, trans_a, trans_b, c_shape):
 
 
 @pytest.mark.parametrize("c_shape", [(5,), (1, 5), (1,), (), None], ids=["C_vec", "C_row", "C_one", "C_scalar", "no_C"])
-@pytest.mark.parametrize("trans_a, trans_b", [(0, 1), (0, 0), (1, 0), (1, 1)], ids=["transB", "plain", "transA", "transAB"])
+@pytest.mark.parametrize(
+    "trans_a, trans_b", [(0, 1), (0, 0), (1, 0), (1, 1)], ids=["transB", "plain", "transA", "transAB"]
+)
 def test_gemm(trans_a, trans_b, c_shape, tmp_path):
     inputs = _gemm_inputs(3, 4, 5, trans_a, trans_b, c_shape)
     check_op("Gemm", inputs, {"transA": trans_a, "transB": trans_b}, tmp_path)
@@ -51,7 +53,19 @@ def test_gemm_refuses_runtime_weight():
         ((4,), (4, 5), False),
         ((2, 3, 4), (4,), False),
     ],
-    ids=["2d", "2d_const", "3d", "3d_x_2d_const", "seq_x_weight", "4d_x_2d", "4d", "4d_broadcast", "4d_x_3d", "1d_lhs", "1d_rhs"],
+    ids=[
+        "2d",
+        "2d_const",
+        "3d",
+        "3d_x_2d_const",
+        "seq_x_weight",
+        "4d_x_2d",
+        "4d",
+        "4d_broadcast",
+        "4d_x_3d",
+        "1d_lhs",
+        "1d_rhs",
+    ],
 )
 def test_matmul(a_shape, b_shape, const_b, tmp_path):
     b = const(rand(*b_shape, seed=3)) if const_b else x(*b_shape, seed=3)
@@ -63,7 +77,12 @@ def test_matmul_sequence_by_weight_is_one_2d_matmul(tmp_path):
     for ops.matmul: ViT-B/16's compile reached 18 GB): a 2-D matmul between reshapes."""
     source = check_op("MatMul", [x(7, 1, 4), const(rand(4, 6, seed=3))], {}, tmp_path)
     body = [line.strip() for line in source.splitlines() if "ops.matmul(" in line]
-    assert len(body) == 1 and "ops.reshape(ops.matmul(ops.reshape(" in body[0] and "(7, 4)" in body[0] and "(7, 1, 6)" in body[0], body
+    assert (
+        len(body) == 1
+        and "ops.reshape(ops.matmul(ops.reshape(" in body[0]
+        and "(7, 4)" in body[0]
+        and "(7, 1, 6)" in body[0]
+    ), body
 
 
 def matmul_add_model(x_shape, k, n, bias_shape, bias_first=False, extra_consumer=False):
@@ -75,12 +94,19 @@ def matmul_add_model(x_shape, k, n, bias_shape, bias_first=False, extra_consumer
         nodes[0].output[0] = "y"
     else:
         inits.append(numpy_helper.from_array(rand(*bias_shape, seed=4), "b"))
-        nodes.append(helper.make_node("Add", ["b", "mm"] if bias_first else ["mm", "b"], ["y"], name="/encoder/mlp/mlp.0/Add"))
+        nodes.append(
+            helper.make_node("Add", ["b", "mm"] if bias_first else ["mm", "b"], ["y"], name="/encoder/mlp/mlp.0/Add")
+        )
     if extra_consumer:
         nodes.append(helper.make_node("Relu", ["mm"], ["r"], name="/other/Relu"))
         outputs.append("r")
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model, {"x": rand(*x_shape, seed=1)}
@@ -88,7 +114,13 @@ def matmul_add_model(x_shape, k, n, bias_shape, bias_first=False, extra_consumer
 
 @pytest.mark.parametrize(
     "x_shape, bias_shape, bias_first",
-    [((1, 7, 7, 6), (5,), False), ((9, 1, 6), (5,), True), ((4, 6), (5,), False), ((2, 3, 6), (1, 1, 5), False), ((2, 3, 6), None, False)],
+    [
+        ((1, 7, 7, 6), (5,), False),
+        ((9, 1, 6), (5,), True),
+        ((4, 6), (5,), False),
+        ((2, 3, 6), (1, 1, 5), False),
+        ((2, 3, 6), None, False),
+    ],
     ids=["4d", "seq_bias_first", "2d", "bias_row", "no_bias"],
 )
 def test_matmul_add_becomes_one_dense(x_shape, bias_shape, bias_first, tmp_path):
@@ -103,7 +135,9 @@ def test_matmul_add_becomes_one_dense(x_shape, bias_shape, bias_first, tmp_path)
 def test_matmul_with_a_second_consumer_keeps_the_add(tmp_path):
     """The MatMul output is used elsewhere: the Dense has no bias and the Add stays."""
     model, feeds = matmul_add_model((2, 3, 6), 6, 5, (5,), extra_consumer=True)
-    source, fired = check_model(model, feeds, tmp_path, passes=[MatMulToLinear()], expect_nodes=["Linear", "Add", "Relu"])
+    source, fired = check_model(
+        model, feeds, tmp_path, passes=[MatMulToLinear()], expect_nodes=["Linear", "Add", "Relu"]
+    )
     assert "nn.Dense(6, 5, has_bias=False)" in source
 
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from converters.helpers import check_op, check_unsupported, const, i64, rand, x
+
 from torch2ms.converters.reduce import REDUCTIONS
 
 
 def _bn_stats(c: int):
-    return [const(rand(c, seed=1, low=0.5, high=1.5)), const(rand(c, seed=2)), const(rand(c, seed=3)), const(rand(c, seed=4, low=0.5, high=2.0))]
+    return [
+        const(rand(c, seed=1, low=0.5, high=1.5)),
+        const(rand(c, seed=2)),
+        const(rand(c, seed=3)),
+        const(rand(c, seed=4, low=0.5, high=2.0)),
+    ]
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5, 5), (4, 3), (2, 3, 7)], ids=["4d", "2d", "3d"])
@@ -21,19 +26,34 @@ def test_batch_normalization(shape, attrs, opset, tmp_path):
 
 
 def test_batch_normalization_training_refused():
-    check_unsupported("BatchNormalization", [x(2, 3, 4, 4)] + _bn_stats(3), {"training_mode": 1}, "training_mode", opset=15, n_outputs=3)
+    check_unsupported(
+        "BatchNormalization",
+        [x(2, 3, 4, 4)] + _bn_stats(3),
+        {"training_mode": 1},
+        "training_mode",
+        opset=15,
+        n_outputs=3,
+    )
 
 
 @pytest.mark.parametrize(
     "shape, axis, bias",
-    [((2, 5, 8), -1, True), ((2, 5, 8), -1, False), ((2, 5, 8), -2, True), ((2, 3, 4, 6), 2, True), ((2, 8), None, True)],
+    [
+        ((2, 5, 8), -1, True),
+        ((2, 5, 8), -1, False),
+        ((2, 5, 8), -2, True),
+        ((2, 3, 4, 6), 2, True),
+        ((2, 8), None, True),
+    ],
     ids=["last", "last_nobias", "last_two", "axis2_4d", "default_axis_2d"],
 )
 @pytest.mark.parametrize("epsilon", [None, 1e-6])
 def test_layer_normalization(shape, axis, bias, epsilon, tmp_path):
     axis_ = -1 if axis is None else axis
     normalized = shape[axis_:]
-    inputs = [x(*shape), const(rand(*normalized, seed=1, low=0.5, high=1.5))] + ([const(rand(*normalized, seed=2))] if bias else [])
+    inputs = [x(*shape), const(rand(*normalized, seed=1, low=0.5, high=1.5))] + (
+        [const(rand(*normalized, seed=2))] if bias else []
+    )
     attrs = {} if axis is None else {"axis": axis}
     if epsilon is not None:
         attrs["epsilon"] = epsilon
@@ -61,4 +81,6 @@ def test_reduce(op, axes, keepdims, tmp_path):
 
 @pytest.mark.parametrize("noop", [0, 1])
 def test_reduce_mean_empty_axes(noop, tmp_path):
-    check_op("ReduceMean", [x(2, 3, 4), const(np.zeros(0, np.int64))], {"noop_with_empty_axes": noop}, tmp_path, opset=18)
+    check_op(
+        "ReduceMean", [x(2, 3, 4), const(np.zeros(0, np.int64))], {"noop_with_empty_axes": noop}, tmp_path, opset=18
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from converters.helpers import check_op, check_unsupported, x
 
 # (input H, W, attrs): kernels, strides, symmetric/asymmetric pads, ceil_mode, auto_pad
@@ -15,7 +14,10 @@ POOL_CASES = {
     "k2s2_ceil": ((13, 12), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
     "k1s1_ceil": ((5, 5), {"kernel_shape": [1, 1], "ceil_mode": 1}),
     "k3s2p1_ceil": ((10, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
-    "k2s2p1_ceil_last_window_dropped": ((4, 4), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "k2s2p1_ceil_last_window_dropped": (
+        (4, 4),
+        {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    ),
     "k3x2_s2x1": ((9, 8), {"kernel_shape": [3, 2], "strides": [2, 1]}),
     "pads_hw_differ": ((8, 8), {"kernel_shape": [3, 3], "pads": [1, 0, 1, 0]}),
     "asym_pads": ((8, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0]}),
@@ -34,7 +36,9 @@ def test_max_pool(name, tmp_path):
 
 @pytest.mark.parametrize("dilations", [[2, 2], [1, 2]])
 def test_max_pool_dilations(dilations, tmp_path):
-    check_op("MaxPool", [x(1, 2, 9, 9)], {"kernel_shape": [3, 3], "dilations": dilations, "pads": [1, 1, 1, 1]}, tmp_path)
+    check_op(
+        "MaxPool", [x(1, 2, 9, 9)], {"kernel_shape": [3, 3], "dilations": dilations, "pads": [1, 1, 1, 1]}, tmp_path
+    )
 
 
 @pytest.mark.parametrize("count_include_pad", [0, 1])
@@ -45,7 +49,13 @@ def test_average_pool(name, count_include_pad, tmp_path):
 
 
 def test_max_pool_opset11(tmp_path):
-    check_op("MaxPool", [x(1, 2, 9, 9)], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, tmp_path, opset=11)
+    check_op(
+        "MaxPool",
+        [x(1, 2, 9, 9)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        tmp_path,
+        opset=11,
+    )
 
 
 def test_max_pool_indices_refused():

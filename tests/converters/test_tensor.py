@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from converters.helpers import check_op, check_unsupported, const, i64, rand, x
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -35,7 +34,15 @@ def test_concat_with_constant(tmp_path):
         ((2, 6), {"axis": 1, "num_outputs": 2}, None, 2, 18),
         ((2, 6), {"axis": 1}, [6], 1, 13),
     ],
-    ids=["equal", "input_sizes", "input_sizes_negative_axis", "attribute_sizes", "num_outputs_uneven", "num_outputs", "one_output"],
+    ids=[
+        "equal",
+        "input_sizes",
+        "input_sizes_negative_axis",
+        "attribute_sizes",
+        "num_outputs_uneven",
+        "num_outputs",
+        "one_output",
+    ],
 )
 def test_split(shape, attrs, split, n, opset, tmp_path):
     inputs = [x(*shape)] + ([i64(*split)] if split is not None else [])
@@ -72,7 +79,14 @@ def test_slice_runtime_bounds_refused():
 
 @pytest.mark.parametrize(
     "indices, axis",
-    [(np.int64(2), 0), (np.int64(-1), 1), (np.array([0, 2], np.int64), 1), (np.array([3, -1, 0], np.int64), 2), (np.array([[0, 1], [2, 0]], np.int64), 0), (np.int64(1), None)],
+    [
+        (np.int64(2), 0),
+        (np.int64(-1), 1),
+        (np.array([0, 2], np.int64), 1),
+        (np.array([3, -1, 0], np.int64), 2),
+        (np.array([[0, 1], [2, 0]], np.int64), 0),
+        (np.int64(1), None),
+    ],
     ids=["scalar_axis0", "scalar_negative", "vector", "vector_negative", "matrix", "default_axis"],
 )
 def test_gather(indices, axis, tmp_path):
@@ -80,14 +94,23 @@ def test_gather(indices, axis, tmp_path):
 
 
 def test_gather_int_data(tmp_path):
-    check_op("Gather", [x(data=np.arange(12, dtype=np.int64).reshape(3, 4)), const(np.array([2, 0], np.int64))], {"axis": 1}, tmp_path)
+    check_op(
+        "Gather",
+        [x(data=np.arange(12, dtype=np.int64).reshape(3, 4)), const(np.array([2, 0], np.int64))],
+        {"axis": 1},
+        tmp_path,
+    )
 
 
 def test_gather_runtime_indices_refused():
     check_unsupported("Gather", [x(3, 4), x(data=np.array([0, 1], np.int64))], {}, "indices")
 
 
-@pytest.mark.parametrize("shape", [(0, -1), (-1,), (2, 0, 2, -1), (6, 4), (0, 3, 2, 2)], ids=["zero_and_minus1", "flat", "zero_mid", "explicit", "split_axis"])
+@pytest.mark.parametrize(
+    "shape",
+    [(0, -1), (-1,), (2, 0, 2, -1), (6, 4), (0, 3, 2, 2)],
+    ids=["zero_and_minus1", "flat", "zero_mid", "explicit", "split_axis"],
+)
 def test_reshape(shape, tmp_path):
     check_op("Reshape", [x(2, 3, 4), i64(*shape)], {}, tmp_path)
 
@@ -97,7 +120,11 @@ def test_flatten(axis, tmp_path):
     check_op("Flatten", [x(2, 3, 4, 5)], {} if axis is None else {"axis": axis}, tmp_path)
 
 
-@pytest.mark.parametrize("perm", [None, [0, 2, 3, 1], [1, 0], [0, 2, 1, 3, 4], [0, 1, 3, 2, 4, 5], [0, 1, 3, 5, 2, 4]], ids=["reverse", "nchw_nhwc", "rank2", "rank5_shuffle", "rank6_window", "rank6"])
+@pytest.mark.parametrize(
+    "perm",
+    [None, [0, 2, 3, 1], [1, 0], [0, 2, 1, 3, 4], [0, 1, 3, 2, 4, 5], [0, 1, 3, 5, 2, 4]],
+    ids=["reverse", "nchw_nhwc", "rank2", "rank5_shuffle", "rank6_window", "rank6"],
+)
 def test_transpose(perm, tmp_path):
     rank = 4 if perm is None else len(perm)
     shape = (2, 3, 2, 2, 3, 2)[:rank]
@@ -189,7 +216,9 @@ def test_pad_reflect_edge(mode, pads, tmp_path):
 def test_pad_axes_input(axes, tmp_path):
     """Opset 18: pads only for the listed axes."""
     pads = [1] * len(axes) + [2] * len(axes)
-    check_op("Pad", [x(1, 2, 4, 5), i64(*pads), const(np.float32(0.5)), i64(*axes)], {"mode": "constant"}, tmp_path, opset=18)
+    check_op(
+        "Pad", [x(1, 2, 4, 5), i64(*pads), const(np.float32(0.5)), i64(*axes)], {"mode": "constant"}, tmp_path, opset=18
+    )
 
 
 def test_pad_wrap_refused():

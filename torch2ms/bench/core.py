@@ -31,15 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, Variant, load
+from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, load
 from torch2ms.compare import Tolerance, compare_outputs
-from torch2ms.pipeline.workspace import atomic_write_text, sha256_file, write_json
+from torch2ms.pipeline.workspace import sha256_file, write_json
 from torch2ms.recipe import Recipe
 
 
@@ -84,7 +84,11 @@ def machine_info() -> dict:
 
     model = "?"
     try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     flags = cpu_flags()
@@ -123,13 +127,16 @@ def ensure_run(recipe: Recipe, out_root: Path | None, log: Callable[[str], None]
 
 def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> Path:
     """``<run>/bench/plain``: the rebuild without Conv+BN+Act fusion, regenerated when the ONNX changes."""
+    from torch2ms.conversion import generate_network
     from torch2ms.passes import rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir
-    from torch2ms.stages.rebuild import generate_network
 
     plain = run_root / "bench" / "plain"
-    stamp = {"model.onnx": sha256_file(run_root / "export" / "model.onnx"), "passes": "rebuild_passes(fuse_conv_bn_act=False)"}
+    stamp = {
+        "model.onnx": sha256_file(run_root / "export" / "model.onnx"),
+        "passes": "rebuild_passes(fuse_conv_bn_act=False)",
+    }
     stamp_file = plain / "bench_stamp.json"
     if stamp_file.is_file() and (plain / "network.py").is_file() and json.loads(stamp_file.read_text()) == stamp:
         return plain
@@ -163,14 +170,21 @@ def run_worker(spec: dict, timeout: float) -> tuple[dict | None, str]:
         json.dump(spec, f)
         path = f.name
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch2ms.bench.worker", path], env=_child_env(), capture_output=True, text=True, timeout=timeout, cwd=os.getcwd())
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch2ms.bench.worker", path],
+            env=_child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=os.getcwd(),
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     finally:
         os.unlink(path)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("@@RESULT "):
-            return json.loads(line[len("@@RESULT "):]), ""
+            return json.loads(line[len("@@RESULT ") :]), ""
     tail = [l for l in proc.stderr.strip().splitlines() if l.strip()][-1:] or [f"exit code {proc.returncode}"]
     return None, tail[0][:300]
 
@@ -179,7 +193,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def bench_batch(recipe: Recipe, folders: dict[str, Path], batch: int, options: BenchOptions, log: Callable[[str], None]) -> dict[str, VariantResult]:
+def bench_batch(
+    recipe: Recipe, folders: dict[str, Path], batch: int, options: BenchOptions, log: Callable[[str], None]
+) -> dict[str, VariantResult]:
     from torch2ms.pipeline.context import split_reference
     from torch2ms.pipeline.workspace import load_npz
 
@@ -199,12 +215,20 @@ def bench_batch(recipe: Recipe, folders: dict[str, Path], batch: int, options: B
             lv.activate()
             outs = [dict(zip(names, lv.run_on(s))) for s in inputs]
         except Exception as err:  # a variant that cannot run is a result, not a crash of the bench
-            r.status, r.reason = "error", f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300]
+            r.status, r.reason = (
+                "error",
+                f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300],
+            )
             continue
         metrics = compare_outputs(outs, ref_out)
         violations = [f"{m.name}: {x}" for m in metrics for x in tol.violations(m)]
         worst = max(metrics, key=lambda m: m.rel_error if np.isfinite(m.rel_error) else np.inf)
-        r.check = {"passed": not violations, "rel_error": worst.rel_error, "cosine": worst.cosine, "violations": violations}
+        r.check = {
+            "passed": not violations,
+            "rel_error": worst.rel_error,
+            "cosine": worst.cosine,
+            "violations": violations,
+        }
         if violations:
             r.status, r.reason = "wrong", "; ".join(violations)[:300]
             continue
@@ -294,7 +318,13 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
         "recipe": recipe.name,
         "machine": machine,
         "cpu_setting": cpu_choice().to_dict() if cpu_choice() else None,
-        "options": {"runs": options.runs, "warmup": options.warmup, "threads": options.threads, "batches": list(options.batches), "memory_runs": options.memory_runs},
+        "options": {
+            "runs": options.runs,
+            "warmup": options.warmup,
+            "threads": options.threads,
+            "batches": list(options.batches),
+            "memory_runs": options.memory_runs,
+        },
         "versions": _versions(),
         "variants": {v.key: v.label for v in VARIANTS if v.key in options.variants},
         "batches": {},

@@ -13,7 +13,19 @@ from pathlib import Path
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 
 SECTION = "## Benchmark"
-COLUMNS = ("variant", "batch", "check", "median ms", "p90 ms", "img/s", "vs torch", "vs ORT", "first call s", "alone ms", "peak RSS MB")
+COLUMNS = (
+    "variant",
+    "batch",
+    "check",
+    "median ms",
+    "p90 ms",
+    "img/s",
+    "vs torch",
+    "vs ORT",
+    "first call s",
+    "alone ms",
+    "peak RSS MB",
+)
 
 
 def _f(v, spec=".1f") -> str:
@@ -55,7 +67,13 @@ def fusion_lines(data: dict) -> list[str]:
     fusion = data.get("fusion") or {}
     if not fusion:
         return []
-    lines = ["", "Kernels launched by the compiled graph (from MindSpore's `graph_build` IR dump):", "", "| variant | kernels | by op | fused groups |", "|---|---|---|---|"]
+    lines = [
+        "",
+        "Kernels launched by the compiled graph (from MindSpore's `graph_build` IR dump):",
+        "",
+        "| variant | kernels | by op | fused groups |",
+        "|---|---|---|---|",
+    ]
     for key, f in fusion.items():
         if "error" in f:
             lines.append(f"| {key} | - | {f['error'][:100]} | - |")
@@ -95,9 +113,14 @@ def targets(data: dict) -> list[tuple[str, str, bool | None]]:
         ratio("ms_pynative_plain", "speed-up vs PyNative plain", 2.0, True)
         ratio("torch", "time vs PyTorch eager", 1.0, False)
         ratio("onnxruntime", "time vs onnxruntime", 1.25, False)
-        dep, pyn = (results.get("ms_mindir") or {}).get("peak_rss_mb"), (results.get("ms_pynative_plain") or {}).get("peak_rss_mb")
+        dep, pyn = (
+            (results.get("ms_mindir") or {}).get("peak_rss_mb"),
+            (results.get("ms_pynative_plain") or {}).get("peak_rss_mb"),
+        )
         if dep and pyn:
-            out.append((f"batch {batch}: peak RSS of ms_mindir <= ms_pynative_plain", f"{dep:.0f} vs {pyn:.0f} MB", dep <= pyn))
+            out.append(
+                (f"batch {batch}: peak RSS of ms_mindir <= ms_pynative_plain", f"{dep:.0f} vs {pyn:.0f} MB", dep <= pyn)
+            )
     return out
 
 
@@ -106,7 +129,9 @@ def target_lines(data: dict) -> list[str]:
     if not rows_:
         return []
     mark = {True: "met", False: "**not met**", None: "-"}
-    return ["", "Targets:", "", "| target | measured | |", "|---|---|---|"] + [f"| {t} | {v} | {mark[m]} |" for t, v, m in rows_]
+    return ["", "Targets:", "", "| target | measured | |", "|---|---|---|"] + [
+        f"| {t} | {v} | {mark[m]} |" for t, v, m in rows_
+    ]
 
 
 def markdown(data: dict, png_name: str = "latency.png") -> str:
@@ -137,7 +162,12 @@ def plot(data: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     batches = list(data["batches"])
-    fig, axes = plt.subplots(len(batches), 1, figsize=(9, 0.5 + 0.45 * len(data["variants"]) * len(batches) + 0.6 * len(batches)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(batches),
+        1,
+        figsize=(9, 0.5 + 0.45 * len(data["variants"]) * len(batches) + 0.6 * len(batches)),
+        squeeze=False,
+    )
     for ax, batch in zip(axes[:, 0], batches):
         results = data["batches"][batch]
         keys = list(results)[::-1]
@@ -150,7 +180,10 @@ def plot(data: dict, path: Path) -> None:
             text = f" {r['median_ms']:.1f} ms" if r.get("median_ms") else f" {r['status'].upper()}"
             ax.text(med[i] + p90[i], i, text, va="center", fontsize=8)
         ax.set_xlabel("median latency, ms (whisker: p90)")
-        ax.set_title(f"{data['recipe']}, batch {batch}, {data['options']['threads']} threads, {data['machine']['cpu']}", fontsize=9)
+        ax.set_title(
+            f"{data['recipe']}, batch {batch}, {data['options']['threads']} threads, {data['machine']['cpu']}",
+            fontsize=9,
+        )
         ax.set_xlim(0, max([m + q for m, q in zip(med, p90)] + [1]) * 1.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -175,14 +208,20 @@ def link_report(report: Path, body: str) -> None:
         head, _, rest = text.partition(SECTION)
         nxt = rest.find("\n## ", 1)
         text = head.rstrip("\n") + ("\n\n" + rest[nxt + 1 :] if nxt >= 0 else "")
-    text = text.rstrip("\n") + f"\n\n{SECTION}\n\nFrom `torch2ms bench` ([bench/bench.md](bench/bench.md), raw data in bench/bench.json).\n\n{body}"
+    text = (
+        text.rstrip("\n")
+        + f"\n\n{SECTION}\n\nFrom `torch2ms bench` ([bench/bench.md](bench/bench.md), raw data in bench/bench.json).\n\n{body}"
+    )
     atomic_write_text(report, text)
 
 
 def print_table(data: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"torch2ms bench: {data['recipe']} ({data['machine']['cpu']}, {data['options']['threads']} threads)", title_justify="left")
+    table = Table(
+        title=f"torch2ms bench: {data['recipe']} ({data['machine']['cpu']}, {data['options']['threads']} threads)",
+        title_justify="left",
+    )
     for c in COLUMNS:
         table.add_column(c, justify="left" if c in ("variant", "check") else "right")
     for r in rows(data):

@@ -14,9 +14,9 @@ subprocesses (``torch2ms.bench.worker``) that measure peak memory.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -38,7 +38,9 @@ VARIANTS = (
     Variant("ms_graph_plain", "MindSpore GRAPH, plain rebuild", "mindspore", "plain", "graph"),
     Variant("ms_graph_conv_bn_act", "MindSpore GRAPH, Conv2dBnAct (rebuild/)", "mindspore", "rebuild", "graph"),
     Variant("ms_graph_folded", "MindSpore GRAPH, BN folded (fold/)", "mindspore", "fold", "graph"),
-    Variant("ms_graph_folded_gk", "MindSpore GRAPH, BN folded + graph-kernel fusion", "mindspore", "fold", "graph", True),
+    Variant(
+        "ms_graph_folded_gk", "MindSpore GRAPH, BN folded + graph-kernel fusion", "mindspore", "fold", "graph", True
+    ),
     Variant("ms_mindir", "MindSpore MindIR reloaded (GraphCell)", "mindir", "mindir", "graph"),
 )
 BY_KEY = {v.key: v for v in VARIANTS}
@@ -61,7 +63,9 @@ class Settings:
     jit_level: str | None = None
 
 
-def load(variant: Variant, folders: dict[str, Path], recipe, settings: Settings, sample: dict[str, np.ndarray]) -> Loaded:
+def load(
+    variant: Variant, folders: dict[str, Path], recipe, settings: Settings, sample: dict[str, np.ndarray]
+) -> Loaded:
     """Load ``variant`` from ``folders`` (stage name -> folder), prepare ``sample``, make the first call."""
     loader = {"torch": _torch, "onnxruntime": _onnxruntime, "mindspore": _mindspore, "mindir": _mindir}[variant.kind]
     loaded = loader(variant, folders, recipe, settings)
@@ -90,7 +94,13 @@ def _torch(variant, folders, recipe, settings) -> Loaded:
     def set_sample(sample):
         state["args"] = [torch.from_numpy(np.ascontiguousarray(v)) for v in sample.values()]
 
-    return Loaded(variant, lambda: run(state["args"]), lambda s: run([torch.from_numpy(np.ascontiguousarray(v)) for v in s.values()]), lambda: None, set_sample)
+    return Loaded(
+        variant,
+        lambda: run(state["args"]),
+        lambda s: run([torch.from_numpy(np.ascontiguousarray(v)) for v in s.values()]),
+        lambda: None,
+        set_sample,
+    )
 
 
 def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
@@ -106,7 +116,9 @@ def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
     def set_sample(sample):
         state["feed"] = dict(sample)
 
-    return Loaded(variant, lambda: sess.run(None, state["feed"]), lambda s: sess.run(None, dict(s)), lambda: None, set_sample)
+    return Loaded(
+        variant, lambda: sess.run(None, state["feed"]), lambda s: sess.run(None, dict(s)), lambda: None, set_sample
+    )
 
 
 def _ms_context(ms, variant: Variant, settings: Settings) -> Callable[[], None]:
@@ -139,7 +151,9 @@ def _ms_loaded(ms, variant, cell, settings) -> Loaded:
     def set_sample(sample):
         state["args"] = [ms.Tensor(v) for v in sample.values()]
 
-    return Loaded(variant, lambda: run(state["args"]), lambda s: run([ms.Tensor(v) for v in s.values()]), activate, set_sample)
+    return Loaded(
+        variant, lambda: run(state["args"]), lambda s: run([ms.Tensor(v) for v in s.values()]), activate, set_sample
+    )
 
 
 def _mindspore(variant, folders, recipe, settings) -> Loaded:

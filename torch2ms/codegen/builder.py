@@ -18,29 +18,12 @@ from typing import Any
 import numpy as np
 
 from torch2ms import __version__
-from torch2ms.codegen.names import Namer, module_path, snake
-from torch2ms.converters.registry import Unsupported, call_converter, lookup
+from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
+from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
+from torch2ms.graph.names import Namer, module_path, snake
 
-_MS_DTYPES = {"float32": "ms.float32", "float16": "ms.float16", "float64": "ms.float64", "int64": "ms.int64", "int32": "ms.int32", "int8": "ms.int8", "uint8": "ms.uint8", "bool": "ms.bool_"}
 WIDTH = 100
-
-
-def literal(value: Any) -> str:
-    """Python source for a attribute value (tuples stay tuples, floats keep their precision)."""
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, (list, tuple)):
-        items = [literal(v) for v in value]
-        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-    if isinstance(value, float):
-        # ONNX stores float attributes as float32: print the shortest float32 spelling (0.9, not 0.8999999761581421).
-        return str(float(str(np.float32(value)))) if np.isfinite(value) else f'float("{value}")'
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
 
 
 @dataclass
@@ -81,73 +64,9 @@ class GeneratedNetwork:
     layer_counts: dict[str, int]
 
 
-class Emitter:
-    """What a converter sees of one node: its inputs as expressions, shapes, constants, and
-    ``layer()``/``tensor()`` to declare what ``__init__`` must create."""
-
-    def __init__(self, builder: CodeBuilder, node: Node):
-        self.builder = builder
-        self.node = node
-        self.graph = builder.graph
-        self.layer_name: str | None = None
-
-    # --- reading the node ---
-    def n_inputs(self) -> int:
-        return len(self.node.inputs)
-
-    def has_input(self, i: int) -> bool:
-        return i < len(self.node.inputs) and bool(self.node.inputs[i])
-
-    def value(self, i: int) -> Value:
-        return self.graph.values[self.node.inputs[i]]
-
-    def shape(self, i: int = 0) -> tuple[int, ...]:
-        return tuple(self.value(i).shape)
-
-    def rank(self, i: int = 0) -> int:
-        return len(self.shape(i))
-
-    def out_shape(self, j: int = 0) -> tuple[int, ...]:
-        return tuple(self.graph.values[self.node.outputs[j]].shape)
-
-    def const(self, i: int) -> np.ndarray | None:
-        return self.value(i).const if self.has_input(i) else None
-
-    def require_const(self, i: int, what: str) -> np.ndarray:
-        c = self.const(i)
-        if c is None:
-            raise Unsupported(f"{what} (input {i}) must be a constant")
-        return c
-
-    # --- writing code ---
-    def x(self, i: int = 0) -> str:
-        """Expression for input ``i``: a variable, or a constant (literal or stored tensor)."""
-        v = self.value(i)
-        if v.is_const:
-            return self.builder.const_expr(v)
-        return self.builder.var_of.get(v.name, "_undefined")
-
-    def operand(self, i: int) -> str:
-        """Like ``x`` but size-1 constants become Python scalars (for broadcasting ops)."""
-        v = self.value(i)
-        if v.is_const and v.const.size == 1 and v.const.ndim <= 1 and v.const.dtype.kind in "fiu":
-            return literal(v.const.reshape(()).item())
-        return self.x(i)
-
-    def layer(self, callee: str, *args, params: dict[str, np.ndarray] | None = None, **kwargs) -> str:
-        """Declare ``self.<name> = callee(*args, **kwargs)`` holding ``params``; returns ``self.<name>``."""
-        name = self.builder.layer_attr(self.node)
-        self.layer_name = name
-        self.builder.layers.append((name, Call(callee, args, kwargs)))
-        for pname, arr in (params or {}).items():
-            self.builder.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
-        return f"self.{name}"
-
-    def tensor(self, array: np.ndarray, hint: str) -> str:
-        return self.builder.tensor_attr(np.asarray(array), hint)
-
-
 class CodeBuilder:
+    """Generates one ``nn.Cell`` from a graph; the ``Sink`` its converters' emitters write into."""
+
     def __init__(self, graph: Graph, class_name: str = "Network"):
         self.graph = graph
         self.class_name = class_name
@@ -170,6 +89,20 @@ class CodeBuilder:
     def layer_attr(self, node: Node) -> str:
         return self.attr_names(self._hint(node) or snake(node.op_type))
 
+    # --- the Sink an Emitter writes into ---
+    def var(self, value: str) -> str:
+        return self.var_of.get(value, "_undefined")
+
+    def add_layer(self, node: Node, callee: str, args: tuple, kwargs: dict, params: dict[str, np.ndarray]) -> str:
+        name = self.layer_attr(node)
+        self.layers.append((name, Call(callee, args, kwargs)))
+        for pname, arr in params.items():
+            self.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
+        return name
+
+    def tensor(self, array: np.ndarray, hint: str) -> str:
+        return f"self.{self.tensor_attr(array, hint)}"
+
     def var_for(self, node: Node, emitter: Emitter, j: int) -> str:
         if emitter.layer_name and j == 0:
             hint = emitter.layer_name
@@ -188,19 +121,19 @@ class CodeBuilder:
             self.tensor_of[key] = name
             self.tensors.append((name, Value(name, tuple(array.shape), array.dtype, array)))
             self.params[name] = np.ascontiguousarray(array)
-        return f"self.{self.tensor_of[key]}"
+        return self.tensor_of[key]
 
     def const_expr(self, v: Value) -> str:
         if v.const.ndim == 0 and v.const.dtype.kind in "fiub":
             return literal(v.const.item())
-        return self.tensor_attr(v.const, v.name)
+        return self.tensor(v.const, v.name)
 
     # --- conversion ---
     def emit_node(self, node: Node) -> None:
         reg = lookup(node.op_type, self.graph.opset, node.domain)
         if reg is None:
             raise Unsupported("no converter")
-        em = Emitter(self, node)
+        em = Emitter(self.graph, node, self)
         expr = call_converter(reg, em, node)
         targets = []
         for j, out in enumerate(node.outputs):
@@ -219,18 +152,33 @@ class CodeBuilder:
 
     def render(self, header: str) -> GeneratedNetwork:
         # one element per line: tensor_map records len(out) as each statement's line number
-        out = [*header.rstrip().splitlines(), *(["import os", ""] if self.params else []), "import mindspore as ms", "from mindspore import Parameter, nn, ops"]
+        out = [
+            *header.rstrip().splitlines(),
+            *(["import os", ""] if self.params else []),
+            "import mindspore as ms",
+            "from mindspore import Parameter, nn, ops",
+        ]
         if self.tensors:
             out.append("from mindspore.common.initializer import initializer")
         shapes = {n: tuple(self.graph.values[n].shape) for n in self.graph.inputs}
-        out += ["", "INPUT_SHAPES = {" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in shapes.items()) + "}", "", ""]
-        out += [f"class {self.class_name}(nn.Cell):", f'    """Generated from {self.graph.name!r}; see the module docstring."""', ""]
+        out += [
+            "",
+            "INPUT_SHAPES = {" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in shapes.items()) + "}",
+            "",
+            "",
+        ]
+        out += [
+            f"class {self.class_name}(nn.Cell):",
+            f'    """Generated from {self.graph.name!r}; see the module docstring."""',
+            "",
+        ]
         out += ["    def __init__(self):", "        super().__init__()"]
         for name, call in self.layers:
             out += call.render(f"self.{name} = ", "        ")
         for name, v in self.tensors:
-            dtype = _MS_DTYPES.get(str(v.dtype), "ms.float32")
-            decl = f'Parameter(initializer("zeros", {literal(tuple(v.shape))}, {dtype}), name="{name}", requires_grad=False)'
+            dtype = MS_DTYPES.get(str(v.dtype), "ms.float32")
+            init = f'initializer("zeros", {literal(tuple(v.shape))}, {dtype})'
+            decl = f'Parameter({init}, name="{name}", requires_grad=False)'
             out.append(f"        self.{name} = {decl}")
         args = ", ".join(["self"] + [self.var_of[n] for n in self.graph.inputs])
         out += ["", f"    def construct({args}):"]
@@ -242,7 +190,15 @@ class CodeBuilder:
             for onnx_name, var in zip(st.node.outputs, st.targets):
                 if var != "_":
                     tensor_map.append(
-                        {"tensor": onnx_name, "var": var, "line": len(out), "node": st.node.name, "op": st.node.op_type, "origin": st.node.origin, "inputs": inputs}
+                        {
+                            "tensor": onnx_name,
+                            "var": var,
+                            "line": len(out),
+                            "node": st.node.name,
+                            "op": st.node.op_type,
+                            "origin": st.node.origin,
+                            "inputs": inputs,
+                        }
                     )
         rets = [self.var_of[o] for o in self.graph.outputs]
         out.append(f"        return {', '.join(rets)}")
@@ -272,10 +228,6 @@ def class_name_for(name: str) -> str:
     parts = [p for p in snake(name).split("_") if p]
     cls = "".join(p[:1].upper() + p[1:] for p in parts) or "Network"
     return cls if cls[0].isalpha() else f"Net{cls}"
-
-
-def generate(graph: Graph, class_name: str, header: str) -> GeneratedNetwork:
-    return CodeBuilder(graph, class_name).build(header)
 
 
 def header_for(class_name: str, source: str, sha256: str, opset: int, recipe: str, notes: list[str]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,12 +26,16 @@ def bench(
     runs: int = typer.Option(30, "--runs", min=1, help="timed rounds (each calls every variant once)"),
     warmup: int = typer.Option(5, "--warmup", min=0, help="untimed rounds first"),
     threads: int = typer.Option(2, "--threads", min=1, help="threads for every framework"),
-    batch: str = typer.Option("1", "--batch", help="batch sizes, e.g. 1,4 (other than the recipe's: re-exported at that batch)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
-    variants: Optional[str] = typer.Option(None, "--variants", help="comma-separated subset of variant keys (default: all)"),
+    batch: str = typer.Option(
+        "1", "--batch", help="batch sizes, e.g. 1,4 (other than the recipe's: re-exported at that batch)"
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
+    variants: str | None = typer.Option(
+        None, "--variants", help="comma-separated subset of variant keys (default: all)"
+    ),
     no_memory: bool = typer.Option(False, "--no-memory", help="skip the one-subprocess-per-variant peak-RSS runs"),
     no_fusion: bool = typer.Option(False, "--no-fusion", help="skip the IR-dump fusion report"),
-    cpu_isa: Optional[str] = CpuIsa,
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Benchmark PyTorch, onnxruntime and every MindSpore variant; write bench/ into the run folder."""
     from torch2ms.bench import BenchOptions, print_table, run_bench, write_all
@@ -47,7 +50,16 @@ def bench(
         unknown = [k for k in keys if k not in BY_KEY]
         if unknown:
             raise Torch2msError(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(BY_KEY)}")
-    options = BenchOptions(runs=runs, warmup=warmup, threads=threads, batches=_batches(batch), out_root=out, variants=keys, memory=not no_memory, fusion=not no_fusion)
+    options = BenchOptions(
+        runs=runs,
+        warmup=warmup,
+        threads=threads,
+        batches=_batches(batch),
+        out_root=out,
+        variants=keys,
+        memory=not no_memory,
+        fusion=not no_fusion,
+    )
     data, bench_dir = run_bench(r, options, log=lambda m: console.print(f"[dim]{m}[/dim]"))
     paths = write_all(data, bench_dir, bench_dir.parent)
     print_table(data, out_console)

@@ -7,9 +7,7 @@ user's ONNX nodes). All problems are reported at once, grouped by op type.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,30 +24,14 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
         except ValueError:
             shape = ()
         if not name or not shape or any(d <= 0 for d in shape):
-            raise Torch2msError(f"--shape {v!r}: expected NAME=positive integers separated by commas, e.g. input=1,3,224,224")
+            raise Torch2msError(
+                f"--shape {v!r}: expected NAME=positive integers separated by commas, e.g. input=1,3,224,224"
+            )
         shapes[name] = shape
     return shapes
 
 
-def find_problems(graph, fuse_conv_bn_act: bool = True, fold: bool = True) -> list:
-    """Problems of ``graph`` as exported and after the rebuild (and fold) passes, each once."""
-    from torch2ms.codegen.builder import CodeBuilder, Emitter
-    from torch2ms.converters.registry import analyse
-    from torch2ms.passes import fold_passes, rebuild_passes, run_passes
-
-    variants = [[], rebuild_passes(fuse_conv_bn_act)] + ([fold_passes(fuse_conv_bn_act)] if fold else [])
-    seen, problems = set(), []
-    for passes in variants:
-        g = copy.deepcopy(graph)
-        run_passes(g, passes)
-        for p in analyse(g, lambda node, g=g: Emitter(CodeBuilder(g), node)):
-            if p not in seen:
-                seen.add(p)
-                problems.append(p)
-    return problems
-
-
-def _export_for(recipe_path: Path, out: Optional[Path]):
+def _export_for(recipe_path: Path, out: Path | None):
     """The recipe's ONNX: runs/<name>/export/model.onnx, exported first unless up to date."""
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
@@ -60,24 +42,40 @@ def _export_for(recipe_path: Path, out: Optional[Path]):
     export = result.stages[0]
     console.print(f"  export   {export.status}", highlight=False)
     if export.status == "failed":
-        console.print(f"[yellow]warning:[/yellow] the export is out of tolerance against PyTorch ({export.reason}); its ONNX is analysed anyway", highlight=False)
+        console.print(
+            f"[yellow]warning:[/yellow] the export is out of tolerance against PyTorch ({export.reason}); its ONNX is analysed anyway",
+            highlight=False,
+        )
     shapes = {i.name: tuple(i.shape) for i in r.inputs}
     return runner.run_dir.stage_dir("export") / "model.onnx", shapes, r.rebuild.fuse_conv_bn_act, r.fold.enabled
 
 
 @app.command()
 def check(
-    model: Optional[Path] = typer.Argument(None, help="an ONNX file (or give --recipe)"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", "-r", help="recipe YAML: check its model, exported to runs/<name>/export/ unless that is up to date"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root with --recipe (default: the recipe's `output`, runs/)"),
-    shape: list[str] = typer.Option([], "--shape", help="static shape of a dynamic input of the ONNX file, e.g. input=1,3,224,224 (repeatable)"),
+    model: Path | None = typer.Argument(None, help="an ONNX file (or give --recipe)"),
+    recipe: Path | None = typer.Option(
+        None,
+        "--recipe",
+        "-r",
+        help="recipe YAML: check its model, exported to runs/<name>/export/ unless that is up to date",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="output root with --recipe (default: the recipe's `output`, runs/)"
+    ),
+    shape: list[str] = typer.Option(
+        [], "--shape", help="static shape of a dynamic input of the ONNX file, e.g. input=1,3,224,224 (repeatable)"
+    ),
 ) -> None:
     """Report every unsupported op and attribute of a model without converting it (exit 2 if any)."""
+    from torch2ms.conversion import find_problems
     from torch2ms.converters.registry import format_problems
     from torch2ms.graph import load_onnx
 
     if (model is None) == (recipe is None):
-        raise Torch2msError("give an ONNX file or --recipe, not both" if model else "nothing to check", hint="torch2ms check model.onnx  or  torch2ms check --recipe recipe.yaml")
+        raise Torch2msError(
+            "give an ONNX file or --recipe, not both" if model else "nothing to check",
+            hint="torch2ms check model.onnx  or  torch2ms check --recipe recipe.yaml",
+        )
     if recipe is not None:
         if shape:
             raise Torch2msError("--shape is for an ONNX file; with --recipe the shapes are the recipe's inputs[].shape")
@@ -95,4 +93,8 @@ def check(
         raise UnsupportedOpsError(format_problems(problems, str(path), graph.opset), problems)
     counts = graph.op_counts()
     listing = ", ".join(f"{op} x{n}" for op, n in counts.items())
-    out_console.print(f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: {listing}", highlight=False, soft_wrap=True)
+    out_console.print(
+        f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: {listing}",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,10 +13,12 @@ from torch2ms.errors import EXIT_INTERRUPTED
 @app.command()
 def convert(
     recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
-    from_stage: Optional[str] = typer.Option(None, "--from", help="re-run from this stage on (export, rebuild, fold, compile, mindir)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
+    from_stage: str | None = typer.Option(
+        None, "--from", help="re-run from this stage on (export, rebuild, fold, compile, mindir)"
+    ),
     force: bool = typer.Option(False, "--force", help="re-run every stage"),
-    cpu_isa: Optional[str] = CpuIsa,
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run the five stages (export, rebuild, fold, compile, mindir); skip what is up to date."""
     from torch2ms.pipeline.report import print_table, write_reports
@@ -33,7 +34,9 @@ def convert(
     def on_stage(stage: str, state: str) -> None:
         current["stage"] = stage
         if state == "running":
-            status.update(f"[bold]{stage}[/bold]: running (stages done: {', '.join(current.get('done', [])) or 'none'})")
+            status.update(
+                f"[bold]{stage}[/bold]: running (stages done: {', '.join(current.get('done', [])) or 'none'})"
+            )
         else:
             current.setdefault("done", []).append(stage)
             console.print(f"  {stage:<8} {state}")
@@ -45,10 +48,12 @@ def convert(
     except KeyboardInterrupt:
         stage = current.get("stage", "start")
         again = f"torch2ms convert --recipe {recipe}" + (f" --out {out}" if out else "")
-        console.print(f"[red]interrupted during stage {stage!r}[/red]; completed stages are kept. Resume with: {again}", highlight=False)
+        console.print(
+            f"[red]interrupted during stage {stage!r}[/red]; completed stages are kept. Resume with: {again}",
+            highlight=False,
+        )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     write_reports(result)
     print_table(result, out_console)
     console.print(f"report: {result.root / 'report.md'}  ({result.seconds:.1f} s)")
     raise_for(result)
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,9 +23,11 @@ def _default_stage(run_dir) -> str:
 @app.command()
 def diff(
     recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML of a converted model"),
-    stage: Optional[str] = typer.Option(None, "--stage", "-s", help="rebuild or fold (default: the one that failed its check, else rebuild)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
-    cpu_isa: Optional[str] = CpuIsa,
+    stage: str | None = typer.Option(
+        None, "--stage", "-s", help="rebuild or fold (default: the one that failed its check, else rebuild)"
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Compare every tensor of a stage's network.py with onnxruntime and name the first diverging
     node; write diff.json/diff.md into the stage folder. Exit 1 if a node diverges."""
@@ -40,20 +41,31 @@ def diff(
     run_dir = RunDir(Path(out or r.output) / r.name)
     stage = stage or _default_stage(run_dir)
     if stage not in STAGES:
-        raise Torch2msError(f"--stage {stage!r}: choose one of {', '.join(STAGES)} (the stages that generate network.py)")
+        raise Torch2msError(
+            f"--stage {stage!r}: choose one of {', '.join(STAGES)} (the stages that generate network.py)"
+        )
     if stage == "fold" and not r.fold.enabled:
-        raise Torch2msError(f"--stage fold: the fold stage is disabled in {recipe} (fold.enabled: false)", hint="use --stage rebuild")
+        raise Torch2msError(
+            f"--stage fold: the fold stage is disabled in {recipe} (fold.enabled: false)", hint="use --stage rebuild"
+        )
     stage_dir = run_dir.stage_dir(stage)
     export_dir = run_dir.stage_dir("export")
-    needed = [export_dir / "model.onnx", export_dir / "reference.npz"] + [stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")]
+    needed = [export_dir / "model.onnx", export_dir / "reference.npz"] + [
+        stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")
+    ]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
-        raise Torch2msError(f"{', '.join(missing)}: not found; the {stage} stage has not run for {r.name!r}", hint=f"run `torch2ms convert --recipe {recipe}` first")
+        raise Torch2msError(
+            f"{', '.join(missing)}: not found; the {stage} stage has not run for {r.name!r}",
+            hint=f"run `torch2ms convert --recipe {recipe}` first",
+        )
     setup_cpu(cpu_isa)
     run_dir.lock()
     try:
         samples, _ = split_reference(load_npz(export_dir / "reference.npz"))
-        report = localize(export_dir / "model.onnx", stage_dir, samples, Tolerance(r.check.rel_error, r.check.cosine), stage)
+        report = localize(
+            export_dir / "model.onnx", stage_dir, samples, Tolerance(r.check.rel_error, r.check.cosine), stage
+        )
         paths = write_diff(report, stage_dir)
     finally:
         run_dir.unlock()

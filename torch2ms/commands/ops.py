@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,9 @@ from torch2ms.cli_app import app, console, out_console
 @app.command()
 def ops(
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table (the text of docs/operators.md)"),
-    write: Optional[Path] = typer.Option(None, "--write", help="write the Markdown table to this file, e.g. docs/operators.md"),
+    write: Path | None = typer.Option(
+        None, "--write", help="write the Markdown table to this file, e.g. docs/operators.md"
+    ),
 ) -> None:
     """List the supported ONNX operators: opsets, signature, accepted attributes."""
     from rich.table import Table

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -14,12 +13,25 @@ from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
 @app.command()
 def package(
     recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML"),
-    target: str = typer.Option("atlas-200i-dk-a2", "--target", "-t", help="board: atlas-200i-dk-a2, atlas-200i-a2, atlas-300i-pro, atlas-300i-duo, atlas-200-dk"),
+    target: str = typer.Option(
+        "atlas-200i-dk-a2",
+        "--target",
+        "-t",
+        help="board: atlas-200i-dk-a2, atlas-200i-a2, atlas-300i-pro, atlas-300i-duo, atlas-200-dk",
+    ),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="folder for the archive"),
-    runs: Optional[Path] = typer.Option(None, "--runs", help="run folders root (default: the recipe's `output`, runs/)"),
-    version: Optional[str] = typer.Option(None, "--version", help="bundle version (default: <torch2ms version>-<recipe sha256[:8]>)"),
-    precision: str = typer.Option("fp16", "--precision", help="conversion precision on the board: fp16 (Ascend default, fastest) or fp32 (keep fp32 where a kernel allows)"),
-    cpu_isa: Optional[str] = CpuIsa,
+    runs: Path | None = typer.Option(
+        None, "--runs", help="run folders root (default: the recipe's `output`, runs/)"
+    ),
+    version: str | None = typer.Option(
+        None, "--version", help="bundle version (default: <torch2ms version>-<recipe sha256[:8]>)"
+    ),
+    precision: str = typer.Option(
+        "fp16",
+        "--precision",
+        help="conversion precision on the board: fp16 (Ascend default, fastest) or fp32 (keep fp32 where a kernel allows)",
+    ),
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run the stages if needed, then write <out>/<name>-<version>.tar.gz for one board."""
     from torch2ms.package.build import build_bundle
@@ -31,7 +43,12 @@ def package(
     r = load_recipe(recipe)
     get_target(target)  # fail on a bad --target before a long run
     setup_cpu(cpu_isa)
-    runner = Runner(r, runs, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), on_stage=lambda s, st: console.print(f"  {s:<8} {st}") if st != "running" else None)
+    runner = Runner(
+        r,
+        runs,
+        log=lambda m: console.print(f"[yellow]{m}[/yellow]"),
+        on_stage=lambda s, st: console.print(f"  {s:<8} {st}") if st != "running" else None,
+    )
     result = runner.run()
     raise_for(result)
     done = build_bundle(result, out, target, version, precision, log=lambda m: console.print(f"[dim]{m}[/dim]"))
@@ -39,13 +56,15 @@ def package(
         out_console.print(f"  {size:>12,}  {name}", highlight=False)
     for w in done.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
-    out_console.print(f"{done.path}  ({done.path.stat().st_size:,} bytes, sha256 {sha256_file(done.path)})", highlight=False)
+    out_console.print(
+        f"{done.path}  ({done.path.stat().st_size:,} bytes, sha256 {sha256_file(done.path)})", highlight=False
+    )
 
 
 @app.command()
 def verify(
     bundle: Path = typer.Argument(..., help="a .tar.gz written by `torch2ms package`"),
-    cpu_isa: Optional[str] = CpuIsa,
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Check a bundle: hashes, safe unpacking, and its MindIR vs PyTorch on the bundled samples."""
     from torch2ms.package.verify import verify_bundle
@@ -54,12 +73,17 @@ def verify(
     res = verify_bundle(bundle, log=lambda m: out_console.print(m, highlight=False))
     for m in res.metrics:
         agree = f", argmax agreement {m.argmax_agreement:.6f}" if m.argmax_agreement is not None else ""
-        out_console.print(f"  output {m.name!r}: rel error {m.rel_error:.3g}, cosine {m.cosine:.7f}{agree}", highlight=False)
+        out_console.print(
+            f"  output {m.name!r}: rel error {m.rel_error:.3g}, cosine {m.cosine:.7f}{agree}", highlight=False
+        )
     tol = res.manifest["tolerance"]
     model = res.manifest["model"]
     warnings = res.manifest.get("warnings", [])
     if warnings:
-        out_console.print(f"  {len(warnings)} target warning(s) for {res.manifest['target']['board']}: see compatibility.md in the bundle", highlight=False)
+        out_console.print(
+            f"  {len(warnings)} target warning(s) for {res.manifest['target']['board']}: see compatibility.md in the bundle",
+            highlight=False,
+        )
     out_console.print(
         f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} samples "
         f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']})",

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, Torch2msError
 
-MARK = {"passed": "[green]passed [/green]", "failed": "[red]failed [/red]", "timeout": "[red]timeout[/red]", "crashed": "[red]crashed[/red]", "oom": "[red]oom    [/red]"}
+MARK = {
+    "passed": "[green]passed [/green]",
+    "failed": "[red]failed [/red]",
+    "timeout": "[red]timeout[/red]",
+    "crashed": "[red]crashed[/red]",
+    "oom": "[red]oom    [/red]",
+}
 
 
 def _progress(state, total: int):
@@ -22,8 +27,12 @@ def _progress(state, total: int):
     done = ok + bad
     width = 30
     filled = int(width * done / total) if total else width
-    lines = [Text.from_markup(f"[bold]{done}/{total}[/bold] done  [green]{ok} passed[/green]  [red]{bad} failed[/red]  {len(running)} running  "
-                              f"[cyan]{'━' * filled}[/cyan][dim]{'━' * (width - filled)}[/dim]")]
+    lines = [
+        Text.from_markup(
+            f"[bold]{done}/{total}[/bold] done  [green]{ok} passed[/green]  [red]{bad} failed[/red]  {len(running)} running  "
+            f"[cyan]{'━' * filled}[/cyan][dim]{'━' * (width - filled)}[/dim]"
+        )
+    ]
     lines += [Text(f"  {name}: {stage} ({secs:.0f} s)", style="yellow") for name, stage, secs in running]
     return Group(*lines)
 
@@ -31,14 +40,29 @@ def _progress(state, total: int):
 @app.command()
 def zoo(
     zoo_file: Path = typer.Argument(..., help="zoo YAML: `defaults:` + `models:` (see recipes/zoo/)"),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="models converted at once (default: 1 locally; with Ray, the cluster's CPUs)"),
-    only: Optional[str] = typer.Option(None, "--only", help="comma-separated model names to run, e.g. resnet50,fcn_resnet50"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output root (default: runs/zoo/<zoo file name>)"),
-    timeout: float = typer.Option(1800, "--timeout", min=1, help="seconds per model before its worker is killed (a model's own `timeout:` wins)"),
-    max_memory: Optional[float] = typer.Option(None, "--max-memory", min=1, help="MB of RSS per worker before it is killed as out of memory (a model's own `max_memory_mb:` wins)"),
-    executor: str = typer.Option("local", "--executor", help="local (worker processes here) or ray (one Ray task per model)"),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"),
-    cpu_isa: Optional[str] = CpuIsa,
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1, help="models converted at once (default: 1 locally; with Ray, the cluster's CPUs)"
+    ),
+    only: str | None = typer.Option(
+        None, "--only", help="comma-separated model names to run, e.g. resnet50,fcn_resnet50"
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: runs/zoo/<zoo file name>)"),
+    timeout: float = typer.Option(
+        1800, "--timeout", min=1, help="seconds per model before its worker is killed (a model's own `timeout:` wins)"
+    ),
+    max_memory: float | None = typer.Option(
+        None,
+        "--max-memory",
+        min=1,
+        help="MB of RSS per worker before it is killed as out of memory (a model's own `max_memory_mb:` wins)",
+    ),
+    executor: str = typer.Option(
+        "local", "--executor", help="local (worker processes here) or ray (one Ray task per model)"
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"
+    ),
+    cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Convert every model of a zoo file in its own process; write summary.json/.md/.html.
 
@@ -55,12 +79,22 @@ def zoo(
     models = select(load_zoo(zoo_file), only, str(zoo_file))
     setup_cpu(cpu_isa)  # the workers inherit it; the driver itself never imports MindSpore
     out_root = out or Path("runs") / "zoo" / zoo_file.stem
-    opts = ZooOptions(out_root=out_root, jobs=jobs, timeout=timeout, max_memory_mb=max_memory, executor=executor, address=address, cpu_isa=cpu_isa)
+    opts = ZooOptions(
+        out_root=out_root,
+        jobs=jobs,
+        timeout=timeout,
+        max_memory_mb=max_memory,
+        executor=executor,
+        address=address,
+        cpu_isa=cpu_isa,
+    )
     console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
     live = {}
 
     def on_start(state) -> None:
-        live["view"] = Live(get_renderable=lambda: _progress(state, len(models)), console=console, refresh_per_second=2, transient=True)
+        live["view"] = Live(
+            get_renderable=lambda: _progress(state, len(models)), console=console, refresh_per_second=2, transient=True
+        )
         live["view"].start()
 
     def on_row(row: dict) -> None:
@@ -69,22 +103,42 @@ def zoo(
         console.print(f"  {MARK.get(row['status'], row['status'])} {row['name']}{extra}{reason}", highlight=False)
 
     try:
-        data = run_batch(models, opts, str(zoo_file), on_row=on_row, on_start=on_start, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+        data = run_batch(
+            models,
+            opts,
+            str(zoo_file),
+            on_row=on_row,
+            on_start=on_start,
+            log=lambda m: console.print(f"[dim]{m}[/dim]"),
+        )
     except KeyboardInterrupt:
         kill_all()
-        console.print(f"[red]interrupted[/red]; finished stages are kept. Resume with the same command: torch2ms zoo {zoo_file}")
+        console.print(
+            f"[red]interrupted[/red]; finished stages are kept. Resume with the same command: torch2ms zoo {zoo_file}"
+        )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if "view" in live:
             live["view"].stop()
     _print_table(data)
     paths = data["paths"]
-    console.print(f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  {paths['json']}")
+    console.print(
+        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  {paths['json']}"
+    )
     if data["passed"] != data["total"]:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-STAGE_MARK = {"passed": "✓", "up to date": "=", "disabled": "-", "not run": "·", "failed": "✗", "timeout": "T", "oom": "M", "crashed": "!"}
+STAGE_MARK = {
+    "passed": "✓",
+    "up to date": "=",
+    "disabled": "-",
+    "not run": "·",
+    "failed": "✗",
+    "timeout": "T",
+    "oom": "M",
+    "crashed": "!",
+}
 
 
 def _print_table(data: dict) -> None:
@@ -96,11 +150,24 @@ def _print_table(data: dict) -> None:
     from torch2ms.zoo.summary import cells
 
     table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
-    for c in ("model", "status", "stages", "rel err", "cosine", "ONNX", "C2dBnAct", "BN fold", "conv s", "ms", "RSS MB", "reason"):
+    for c in (
+        "model",
+        "status",
+        "stages",
+        "rel err",
+        "cosine",
+        "ONNX",
+        "C2dBnAct",
+        "BN fold",
+        "conv s",
+        "ms",
+        "RSS MB",
+        "reason",
+    ):
         table.add_column(c, overflow="fold", no_wrap=c not in ("reason",))
     style = {"passed": "green", "failed": "red", "timeout": "red", "oom": "red", "crashed": "red"}
     for r in data["models"]:
         c = cells(r)
         marks = "".join(STAGE_MARK.get(r["stages"].get(s, "not run"), "?") for s in STAGES)
-        table.add_row(c[0], c[1], marks, *c[2 + len(STAGES):-1], c[-1][:100], style=style.get(r["status"]))
+        table.add_row(c[0], c[1], marks, *c[2 + len(STAGES) : -1], c[-1][:100], style=style.get(r["status"]))
     out_console.print(table)

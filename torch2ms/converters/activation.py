@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.codegen.builder import literal
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter, literal
 
 UNARY = {
     "Relu": "ops.relu",

@@ -8,8 +8,7 @@ end), not like PyTorch.
 
 from __future__ import annotations
 
-
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter
 
 # Activations nn.Conv2dBnAct can apply itself (its `activation` string), by fused-node name.
 CONV_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "HardSwish": "hswish", "Sigmoid": "sigmoid"}
@@ -82,7 +81,14 @@ def conv_bn_act(em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, **co
     if unknown:
         raise Unsupported(f"attribute {sorted(unknown)} not supported")
     w = em.require_const(1, "weight")
-    kw = conv_geometry(em, conv_attrs.get("kernel_shape"), conv_attrs.get("strides"), conv_attrs.get("dilations"), conv_attrs.get("pads"), conv_attrs.get("auto_pad", "NOTSET"))
+    kw = conv_geometry(
+        em,
+        conv_attrs.get("kernel_shape"),
+        conv_attrs.get("strides"),
+        conv_attrs.get("dilations"),
+        conv_attrs.get("pads"),
+        conv_attrs.get("auto_pad", "NOTSET"),
+    )
     group = int(conv_attrs.get("group", 1))
     if group != 1:
         kw["group"] = group
@@ -97,12 +103,17 @@ def conv_bn_act(em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, **co
         kw.update(has_bn=True, momentum=float(momentum))  # nn.Conv2dBnAct's default momentum is 0.997
         if abs(epsilon - 1e-5) > 1e-12:
             kw["eps"] = float(epsilon)
-        params.update({"batchnorm.gamma": scale, "batchnorm.beta": beta, "batchnorm.moving_mean": mean, "batchnorm.moving_variance": var})
+        params.update(
+            {
+                "batchnorm.gamma": scale,
+                "batchnorm.beta": beta,
+                "batchnorm.moving_mean": mean,
+                "batchnorm.moving_variance": var,
+            }
+        )
     if activation:
         if activation not in CONV_ACTIVATIONS:
             raise Unsupported(f"activation {activation!r} not supported by nn.Conv2dBnAct")
         kw["activation"] = CONV_ACTIVATIONS[activation]
     layer = em.layer("nn.Conv2dBnAct", int(em.shape(0)[1]), int(w.shape[0]), params=params, **kw)
     return f"{layer}({em.x(0)})"
-
-

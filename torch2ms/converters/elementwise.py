@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from functools import reduce
 
-from torch2ms.converters.registry import converter
+from torch2ms.converters.api import converter
 
 OPERATORS = {"Add": "+", "Sub": "-", "Mul": "*"}  # Div: below
-FUNCTIONS = {"Pow": "ops.pow", "Equal": "ops.equal", "Greater": "ops.greater", "Less": "ops.less", "And": "ops.logical_and", "Or": "ops.logical_or"}
+FUNCTIONS = {
+    "Pow": "ops.pow",
+    "Equal": "ops.equal",
+    "Greater": "ops.greater",
+    "Less": "ops.less",
+    "And": "ops.logical_and",
+    "Or": "ops.logical_or",
+}
 VARIADIC = {"Max": "ops.maximum", "Min": "ops.minimum"}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter
 
 
 @converter("Gemm", since=7)

@@ -7,11 +7,13 @@ is converted.
 
 from __future__ import annotations
 
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter
 
 
 @converter("BatchNormalization", since=1)
-def batch_normalization(em, *, epsilon=1e-5, momentum=0.9, training_mode=0, spatial=1, consumed_inputs=None, is_test=None):
+def batch_normalization(
+    em, *, epsilon=1e-5, momentum=0.9, training_mode=0, spatial=1, consumed_inputs=None, is_test=None
+):
     """BatchNormalization(X, scale, B, input_mean, input_var) -> Y   attrs: epsilon, momentum, training_mode"""
     if training_mode or len([o for o in em.node.outputs if o]) > 1:
         raise Unsupported("training_mode=1 (batch statistics) not supported; export the model in eval mode")
@@ -39,5 +41,7 @@ def layer_normalization(em, *, axis=-1, epsilon=1e-5, stash_type=1):
         params["beta"] = em.require_const(2, "bias").reshape(normalized)
     else:
         params["beta"] = 0 * gamma.reshape(normalized)
-    layer = em.layer("nn.LayerNorm", normalized, begin_norm_axis=axis, begin_params_axis=axis, epsilon=float(epsilon), params=params)
+    layer = em.layer(
+        "nn.LayerNorm", normalized, begin_norm_axis=axis, begin_params_axis=axis, epsilon=float(epsilon), params=params
+    )
     return f"{layer}({em.x(0)})"

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter
 
 
 def same_pads(sizes, kernel, strides, dilations, auto_pad: str) -> list[int]:
@@ -69,7 +69,9 @@ def _explicit_pad(x: str, pads, value: str = "") -> str:
 
 
 @converter("MaxPool", since=1)
-def max_pool(em, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, dilations=None, pads=None, storage_order=0, strides=None):
+def max_pool(
+    em, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, dilations=None, pads=None, storage_order=0, strides=None
+):
     """MaxPool(X) -> Y, Indices?   attrs: kernel_shape, strides, pads, auto_pad, ceil_mode, dilations"""
     if len([o for o in em.node.outputs if o]) > 1:
         raise Unsupported("the Indices output is not supported")
@@ -95,7 +97,9 @@ def _divisor_correction(in_size: int, out_size: int, k: int, s: int, pad_begin: 
 
 
 @converter("AveragePool", since=1)
-def average_pool(em, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, pads=None, strides=None, dilations=None):
+def average_pool(
+    em, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, pads=None, strides=None, dilations=None
+):
     """AveragePool(X) -> Y   attrs: kernel_shape, strides, pads, auto_pad, ceil_mode, count_include_pad"""
     kernel, strides, dilations, pads = _geometry(em, kernel_shape, strides, pads, dilations, auto_pad)
     if any(d != 1 for d in dilations):

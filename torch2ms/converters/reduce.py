@@ -6,7 +6,7 @@ after; no axes means all axes, unless ``noop_with_empty_axes=1`` (then the op is
 
 from __future__ import annotations
 
-from torch2ms.converters.registry import converter
+from torch2ms.converters.api import converter
 
 # op -> (function, its axis keyword, its keep-dims keyword, opset where axes became an input)
 REDUCTIONS = {
@@ -31,7 +31,9 @@ def _reduce(op: str, fn: str, axis_kw: str, keep_kw: str):
         return f"{fn}({em.x(0)}, {axis_kw}={dims!r}, {keep_kw}={bool(keepdims)})"
 
     convert.__name__ = op
-    convert.__doc__ = f"{op}(data, axes?) -> reduced   attrs: axes (before the axes input), keepdims, noop_with_empty_axes; as {fn}"
+    convert.__doc__ = (
+        f"{op}(data, axes?) -> reduced   attrs: axes (before the axes input), keepdims, noop_with_empty_axes; as {fn}"
+    )
     return convert
 
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.codegen.names import module_path
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter
 
 _F = np.float32
 # tf_half_pixel_for_nn (removed in opset 13) and tf_crop_and_resize are refused.
@@ -136,7 +135,7 @@ def resize(
     axes=None,
     keep_aspect_ratio_policy="stretch",
 ):
-    """Resize(X, roi?, scales?, sizes?) -> Y   attrs: mode, coordinate_transformation_mode, nearest_mode, axes, keep_aspect_ratio_policy"""
+    """Resize(X, roi?, scales?, sizes?) -> Y   attrs: mode, coordinate_transformation_mode, nearest_mode, axes, keep_aspect_ratio_policy"""  # noqa: E501 - the signature line is the operator table's
     ctm = coordinate_transformation_mode
     if em.rank(0) != 4:
         raise Unsupported(f"only 4-D (NCHW) inputs are supported (rank {em.rank(0)})")
@@ -152,10 +151,12 @@ def resize(
     scales = _scales(em, axes, keep_aspect_ratio_policy)
     if tuple(in_shape[:2]) != tuple(out_shape[:2]) or scales[:2] != [1.0, 1.0]:
         raise Unsupported("resizing the batch or channel axis is not supported")
-    coords = [source_coordinates(ctm, n_in, n_out, s) for n_in, n_out, s in zip(in_shape[2:], out_shape[2:], scales[2:])]
+    coords = [
+        source_coordinates(ctm, n_in, n_out, s) for n_in, n_out, s in zip(in_shape[2:], out_shape[2:], scales[2:])
+    ]
     size = tuple(int(d) for d in out_shape[2:])
     x = em.x(0)
-    base = "_".join(module_path(em.node.name)) or "resize"
+    base = em.name_hint("resize")
     dtype = em.value(0).dtype or np.float32
     if mode == "linear":
         clamped = [np.clip(c, 0, n - 1) for c, n in zip(coords, in_shape[2:])]
@@ -170,7 +171,9 @@ def resize(
         return x
     idx = [nearest_indices(c, nearest_mode, n) for c, n in zip(coords, in_shape[2:])]
     for ms_mode in ("nearest", "nearest-exact"):
-        if all(np.array_equal(i, _ms_nearest(n, m, ms_mode == "nearest-exact")) for i, n, m in zip(idx, in_shape[2:], size)):
+        if all(
+            np.array_equal(i, _ms_nearest(n, m, ms_mode == "nearest-exact")) for i, n, m in zip(idx, in_shape[2:], size)
+        ):
             return f'ops.interpolate({x}, size={size!r}, mode="{ms_mode}")'
     for axis, i, n, part in zip((2, 3), idx, in_shape[2:], ("rows", "cols")):
         if not np.array_equal(i, np.arange(n)):

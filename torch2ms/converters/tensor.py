@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.codegen.builder import literal
-from torch2ms.converters.registry import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype
 
-_MS_DTYPE = {1: "ms.float32", 6: "ms.int32", 7: "ms.int64", 9: "ms.bool_", 10: "ms.float16", 11: "ms.float64", 2: "ms.uint8", 3: "ms.int8"}
+# ONNX dtypes Cast converts to (float, uint8, int8, int32, int64, bool, float16, double).
+_CAST_TO = {1, 2, 3, 6, 7, 9, 10, 11}
 
 
 @converter("Concat", since=4)
@@ -107,9 +107,9 @@ def gather(em, *, axis=0):
 @converter("Cast", since=6)
 def cast(em, *, to, saturate=1, round_mode="up"):
     """Cast(input) -> output   attrs: to"""
-    if to not in _MS_DTYPE:
+    if to not in _CAST_TO:
         raise Unsupported(f"to={to} (ONNX dtype) not supported")
-    return f"ops.cast({em.x(0)}, {_MS_DTYPE[to]})"
+    return f"ops.cast({em.x(0)}, {ms_dtype(to)})"
 
 
 @converter("Expand", since=8)
@@ -154,7 +154,7 @@ def pad(em, *, mode="constant"):
         while len(torch_pads) > 2 and torch_pads[-2:] == [0, 0]:
             torch_pads = torch_pads[:-2]
     else:
-        if rank not in (3, 4, 5) or any(torch_pads[2 * (rank - 2):]):
+        if rank not in (3, 4, 5) or any(torch_pads[2 * (rank - 2) :]):
             raise Unsupported(f"mode={mode!r} pads the spatial axes of a 3-D to 5-D input only")
         torch_pads = torch_pads[: 2 * (rank - 2)]  # MindSpore wants exactly the spatial axes
     if not any(torch_pads):

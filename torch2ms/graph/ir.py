@@ -38,7 +38,15 @@ class Node:
 
 
 class Graph:
-    def __init__(self, nodes: list[Node], values: dict[str, Value], inputs: list[str], outputs: list[str], opset: int, name: str = "network"):
+    def __init__(
+        self,
+        nodes: list[Node],
+        values: dict[str, Value],
+        inputs: list[str],
+        outputs: list[str],
+        opset: int,
+        name: str = "network",
+    ):
         self.nodes = nodes
         self.values = values
         self.inputs = inputs
@@ -85,7 +93,9 @@ class Graph:
             removed += len(self.nodes) - len(keep)
             self.nodes = keep
         live = used | set(self.inputs)
-        self.values = {k: v for k, v in self.values.items() if k in live or k in {o for n in self.nodes for o in n.outputs}}
+        self.values = {
+            k: v for k, v in self.values.items() if k in live or k in {o for n in self.nodes for o in n.outputs}
+        }
         return removed
 
     def op_counts(self) -> dict[str, int]:

@@ -22,7 +22,14 @@ from torch2ms.graph.ir import Graph, Node, Value
 
 SUPPORTED_OPSETS = range(11, 21)  # 11 ... 20
 # Nodes never folded even when their inputs are constant (their value is not fixed).
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_NONDETERMINISTIC = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
 
 
 def _attr_value(attr: onnx.AttributeProto):
@@ -45,9 +52,14 @@ def read_onnx(path: str | Path) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path))
     except Exception as err:  # protobuf raises DecodeError and friends
-        raise OnnxError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})", hint="is the file truncated? re-export it") from None
+        raise OnnxError(
+            f"{path}: not a readable ONNX model ({type(err).__name__}: {err})",
+            hint="is the file truncated? re-export it",
+        ) from None
     if not model.graph.node and not model.graph.output:
-        raise OnnxError(f"{path}: not an ONNX model (no graph in the file)", hint="pass a .onnx file written by torch.onnx.export")
+        raise OnnxError(
+            f"{path}: not an ONNX model (no graph in the file)", hint="pass a .onnx file written by torch.onnx.export"
+        )
     return model
 
 
@@ -62,14 +74,17 @@ def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None 
     model = read_onnx(path)
     opset = model_opset(model)
     if opset not in SUPPORTED_OPSETS:
+        lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
         raise OnnxError(
-            f"{path}: opset {opset} is outside the supported range {SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}",
-            hint=f"re-export with opset_version between {SUPPORTED_OPSETS.start} and {SUPPORTED_OPSETS.stop - 1} (recipe field export.opset)",
+            f"{path}: opset {opset} is outside the supported range {lo}-{hi}",
+            hint=f"re-export with opset_version between {lo} and {hi} (recipe field export.opset)",
         )
     return graph_from_model(model, opset, input_shapes, fold=fold, source=str(path))
 
 
-def graph_from_model(model: onnx.ModelProto, opset: int, input_shapes=None, fold: bool = True, source: str = "model") -> Graph:
+def graph_from_model(
+    model: onnx.ModelProto, opset: int, input_shapes=None, fold: bool = True, source: str = "model"
+) -> Graph:
     g = model.graph
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     values: dict[str, Value] = {name: Value(name, tuple(a.shape), a.dtype, a) for name, a in inits.items()}
@@ -80,14 +95,21 @@ def graph_from_model(model: onnx.ModelProto, opset: int, input_shapes=None, fold
         dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
         shape = tuple(input_shapes[vi.name]) if input_shapes and vi.name in input_shapes else tuple(dims)
         if any(d is None or d <= 0 for d in shape):
-            raise OnnxError(f"{source}: input {vi.name!r} has a dynamic shape {dims}", hint="give its static shape in the recipe's inputs")
+            raise OnnxError(
+                f"{source}: input {vi.name!r} has a dynamic shape {dims}",
+                hint="give its static shape in the recipe's inputs",
+            )
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         values[vi.name] = Value(vi.name, shape, dtype)
         inputs.append(vi.name)
     nodes = []
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
-        nodes.append(Node(name, n.op_type, list(n.input), list(n.output), {a.name: _attr_value(a) for a in n.attribute}, n.domain))
+        nodes.append(
+            Node(
+                name, n.op_type, list(n.input), list(n.output), {a.name: _attr_value(a) for a in n.attribute}, n.domain
+            )
+        )
         for o in n.output:
             values.setdefault(o, Value(o))
     graph = Graph(nodes, values, inputs, [o.name for o in g.output], opset, name=g.name or "network")
@@ -144,7 +166,12 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
         raise OnnxError(f"onnxruntime cannot load the model to infer shapes: {err}") from None
     # Only shapes are read from this run. Integer inputs are ones, not zeros: an integer Div or Mod
     # by an input fails in onnxruntime on zeros ("Integer division by zero").
-    feeds = {name: (np.ones if graph.values[name].dtype.kind in "iu" else np.zeros)(graph.values[name].shape, graph.values[name].dtype) for name in graph.inputs}
+    feeds = {
+        name: (np.ones if graph.values[name].dtype.kind in "iu" else np.zeros)(
+            graph.values[name].shape, graph.values[name].dtype
+        )
+        for name in graph.inputs
+    }
     names = [w[2] for w in wanted]
     results = dict(zip(names, sess.run(names, feeds))) if names else {}
     dtypes = _inferred_dtypes(model)

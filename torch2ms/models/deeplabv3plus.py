@@ -40,15 +40,11 @@ from torchvision.models import resnet50
 __all__ = ["DeepLabV3Plus", "deeplabv3plus"]
 
 
-def _conv_bn_relu(
-    in_ch: int, out_ch: int, kernel_size: int = 1, dilation: int = 1
-) -> nn.Sequential:
+def _conv_bn_relu(in_ch: int, out_ch: int, kernel_size: int = 1, dilation: int = 1) -> nn.Sequential:
     """Conv2d(bias=False) -> BatchNorm2d -> ReLU, 'same' padding."""
     padding = dilation * (kernel_size - 1) // 2
     return nn.Sequential(
-        nn.Conv2d(
-            in_ch, out_ch, kernel_size, padding=padding, dilation=dilation, bias=False
-        ),
+        nn.Conv2d(in_ch, out_ch, kernel_size, padding=padding, dilation=dilation, bias=False),
         nn.BatchNorm2d(out_ch),
         nn.ReLU(inplace=True),
     )
@@ -59,9 +55,7 @@ class ResNetBackbone(nn.Module):
 
     def __init__(self, replace_stride_with_dilation: list[bool]) -> None:
         super().__init__()
-        resnet = resnet50(
-            weights=None, replace_stride_with_dilation=replace_stride_with_dilation
-        )
+        resnet = resnet50(weights=None, replace_stride_with_dilation=replace_stride_with_dilation)
         self.conv1 = resnet.conv1
         self.bn1 = resnet.bn1
         self.relu = resnet.relu
@@ -81,18 +75,13 @@ class ResNetBackbone(nn.Module):
 class ASPP(nn.Module):
     """Atrous Spatial Pyramid Pooling: 1x1 + three atrous 3x3 + image pooling."""
 
-    def __init__(
-        self, in_ch: int, rates: tuple[int, int, int], out_ch: int = 256
-    ) -> None:
+    def __init__(self, in_ch: int, rates: tuple[int, int, int], out_ch: int = 256) -> None:
         super().__init__()
         self.branches = nn.ModuleList(
-            [_conv_bn_relu(in_ch, out_ch)]
-            + [_conv_bn_relu(in_ch, out_ch, 3, dilation=r) for r in rates]
+            [_conv_bn_relu(in_ch, out_ch)] + [_conv_bn_relu(in_ch, out_ch, 3, dilation=r) for r in rates]
         )
         # Image-level pooling branch; upsampled back to the feature size in forward.
-        self.pool = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), *_conv_bn_relu(in_ch, out_ch)
-        )
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), *_conv_bn_relu(in_ch, out_ch))
         self.project = nn.Sequential(
             *_conv_bn_relu(out_ch * (len(rates) + 2), out_ch),
             nn.Dropout(0.1),
@@ -101,18 +90,14 @@ class ASPP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats = [branch(x) for branch in self.branches]
         pooled = self.pool(x)
-        pooled = F.interpolate(
-            pooled, size=x.shape[-2:], mode="bilinear", align_corners=False
-        )
+        pooled = F.interpolate(pooled, size=x.shape[-2:], mode="bilinear", align_corners=False)
         return self.project(torch.cat(feats + [pooled], dim=1))
 
 
 class Decoder(nn.Module):
     """Fuse upsampled ASPP features with reduced low-level features."""
 
-    def __init__(
-        self, low_level_ch: int = 256, aspp_ch: int = 256, reduced_ch: int = 48
-    ) -> None:
+    def __init__(self, low_level_ch: int = 256, aspp_ch: int = 256, reduced_ch: int = 48) -> None:
         super().__init__()
         self.low_level = _conv_bn_relu(low_level_ch, reduced_ch)
         self.fuse = nn.Sequential(
@@ -122,9 +107,7 @@ class Decoder(nn.Module):
 
     def forward(self, low_level: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         low_level = self.low_level(low_level)
-        x = F.interpolate(
-            x, size=low_level.shape[-2:], mode="bilinear", align_corners=False
-        )
+        x = F.interpolate(x, size=low_level.shape[-2:], mode="bilinear", align_corners=False)
         return self.fuse(torch.cat([x, low_level], dim=1))
 
 

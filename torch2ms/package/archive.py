@@ -58,7 +58,10 @@ def write_archive(dest: Path, files: dict[str, Path | bytes]) -> None:
     os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is meant to be shared
     mtime = _mtime()
     try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
+        ):
             with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
                 for name in sorted(files):
                     src = files[name]
@@ -82,10 +85,15 @@ def write_archive(dest: Path, files: dict[str, Path | bytes]) -> None:
 
 def _check_name(name: str) -> str:
     if not name or name.startswith("/") or PurePosixPath(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
-        raise BundleTampered(f"entry {name!r}: absolute path", hint="a bundle only holds relative paths; do not install this archive")
+        raise BundleTampered(
+            f"entry {name!r}: absolute path", hint="a bundle only holds relative paths; do not install this archive"
+        )
     parts = PurePosixPath(name).parts
     if ".." in parts:
-        raise BundleTampered(f"entry {name!r}: path traversal ('..')", hint="a bundle never points outside itself; do not install this archive")
+        raise BundleTampered(
+            f"entry {name!r}: path traversal ('..')",
+            hint="a bundle never points outside itself; do not install this archive",
+        )
     return str(PurePosixPath(*[p for p in parts if p != "."]))
 
 
@@ -113,14 +121,26 @@ def safe_extract(archive: Path, dest: Path) -> dict[str, str]:
                 name = _check_name(member.name)
                 if member.issym() or member.islnk():
                     kind = "symlink" if member.issym() else "hardlink"
-                    where = "pointing outside the bundle" if _link_target_outside(member) else "(links are not allowed in a bundle)"
-                    raise BundleTampered(f"entry {name!r}: {kind} to {member.linkname!r} {where}", hint="do not install this archive")
+                    where = (
+                        "pointing outside the bundle"
+                        if _link_target_outside(member)
+                        else "(links are not allowed in a bundle)"
+                    )
+                    raise BundleTampered(
+                        f"entry {name!r}: {kind} to {member.linkname!r} {where}", hint="do not install this archive"
+                    )
                 if member.isdir():
                     continue
                 if not member.isreg():
-                    raise BundleTampered(f"entry {name!r}: not a regular file (device, FIFO or other special file)", hint="do not install this archive")
+                    raise BundleTampered(
+                        f"entry {name!r}: not a regular file (device, FIFO or other special file)",
+                        hint="do not install this archive",
+                    )
                 if name in hashes:
-                    raise BundleTampered(f"entry {name!r} appears twice", hint="the second copy would silently replace the first; do not install this archive")
+                    raise BundleTampered(
+                        f"entry {name!r} appears twice",
+                        hint="the second copy would silently replace the first; do not install this archive",
+                    )
                 out = dest / name
                 if dest.resolve() not in out.resolve().parents:
                     raise BundleTampered(f"entry {name!r} resolves outside the destination")
@@ -136,5 +156,8 @@ def safe_extract(archive: Path, dest: Path) -> dict[str, str]:
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         if isinstance(err, OSError) and not isinstance(err, gzip.BadGzipFile) and err.errno is not None:
             raise
-        raise BundleUnreadable(f"{archive}: not a readable .tar.gz ({type(err).__name__}: {err})", hint="the file is truncated or not a torch2ms bundle; download it again") from None
+        raise BundleUnreadable(
+            f"{archive}: not a readable .tar.gz ({type(err).__name__}: {err})",
+            hint="the file is truncated or not a torch2ms bundle; download it again",
+        ) from None
     return hashes

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Callable
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import compat, targets
 from torch2ms.pipeline.context import split_reference
-from torch2ms.pipeline.workspace import load_npz, sha256_file
 from torch2ms.pipeline.runner import RunResult
+from torch2ms.pipeline.workspace import load_npz, sha256_file
 from torch2ms.recipe import Recipe
 
 FORMAT = "torch2ms-bundle/1"
@@ -61,23 +61,41 @@ def postprocess_spec(recipe: Recipe, out_name: str, out_shape: tuple[int, ...]) 
     names = list(recipe.class_names) if recipe.class_names else None
     if recipe.task == "classification":
         classes = out_shape[-1]
-        kind = {"kind": "classification", "output": out_name, "op": "softmax over the last axis, then top-k", "top_k": min(TOP_K, classes)}
+        kind = {
+            "kind": "classification",
+            "output": out_name,
+            "op": "softmax over the last axis, then top-k",
+            "top_k": min(TOP_K, classes),
+        }
     elif recipe.task == "segmentation":
         classes = out_shape[1] if len(out_shape) == 4 else None
         if classes is None:
-            raise RecipeError(f"task: segmentation, but output {out_name!r} has shape {list(out_shape)}; expected N x classes x H x W")
+            raise RecipeError(
+                f"task: segmentation, but output {out_name!r} has shape {list(out_shape)}; expected N x classes x H x W"
+            )
         kind = {"kind": "segmentation", "output": out_name, "op": "argmax over axis 1 (classes) -> class-index mask"}
     else:
         return {"kind": "none", "output": out_name, "class_names": None}
     if names is not None and len(names) != classes:
-        raise RecipeError(f"class_names has {len(names)} entries but output {out_name!r} has {classes} classes", hint="list one name per class, in index order")
+        raise RecipeError(
+            f"class_names has {len(names)} entries but output {out_name!r} has {classes} classes",
+            hint="list one name per class, in index order",
+        )
     return {**kind, "class_names": names}
 
 
 def stage_figures(records: dict[str, dict]) -> list[dict]:
     out = []
     for stage, rec in records.items():
-        out.append({"stage": stage, "status": rec.get("status"), "worst": rec.get("worst"), "metrics": rec.get("metrics", []), "counts": rec.get("counts", {})})
+        out.append(
+            {
+                "stage": stage,
+                "status": rec.get("status"),
+                "worst": rec.get("worst"),
+                "metrics": rec.get("metrics", []),
+                "counts": rec.get("counts", {}),
+            }
+        )
     return out
 
 
@@ -112,7 +130,8 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         soc=target.soc_version,
         tool_version=__version__,
         recipe_short=recipe.sha256()[:16],
-        input_desc=f"input `{recipe.inputs[0].name}` {'x'.join(map(str, shape))}" + (f" (+{len(recipe.inputs) - 1} more)" if len(recipe.inputs) > 1 else ""),
+        input_desc=f"input `{recipe.inputs[0].name}` {'x'.join(map(str, shape))}"
+        + (f" (+{len(recipe.inputs) - 1} more)" if len(recipe.inputs) > 1 else ""),
         opset=recipe.export.opset,
         aipp_note=aipp_note,
         aipp_howto=aipp_howto,
@@ -140,17 +159,25 @@ def build_bundle(
         raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(targets.PRECISION)}")
     version = version or default_version(recipe)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", version):
-        raise Torch2msError(f"--version {version!r}: use letters, digits and . _ + - only (it becomes part of the file name)")
+        raise Torch2msError(
+            f"--version {version!r}: use letters, digits and . _ + - only (it becomes part of the file name)"
+        )
     is_image, size = image_geometry(recipe)
     if not recipe.mindir.enabled:
-        raise RecipeError("mindir.enabled is false in the recipe: a bundle needs the MindIR", hint="set mindir.enabled: true and run again")
+        raise RecipeError(
+            "mindir.enabled is false in the recipe: a bundle needs the MindIR",
+            hint="set mindir.enabled: true and run again",
+        )
 
     records = {}
     for s in result.stages:
         if s.status == "disabled":
             continue
         if not s.ok or not s.record or s.record.get("status") != "passed":
-            raise CheckFailed(f"stage {s.stage!r} in {run_root} is {s.status}{': ' + s.reason if s.reason else ''}", hint="a bundle is only made from a run whose every enabled stage passed")
+            raise CheckFailed(
+                f"stage {s.stage!r} in {run_root} is {s.status}{': ' + s.reason if s.reason else ''}",
+                hint="a bundle is only made from a run whose every enabled stage passed",
+            )
         records[s.stage] = s.record
 
     mindir = run_root / "mindir" / "network.mindir"
@@ -162,14 +189,22 @@ def build_bundle(
     arrays = load_npz(ref_path)
     ref_in, ref_out = split_reference(arrays)
     out_names = list(ref_out[0])
-    outputs = [{"name": n, "shape": list(arrays[f"output.{n}"].shape[1:]), "dtype": str(arrays[f"output.{n}"].dtype)} for n in out_names]
-    inputs = [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "layout": "NCHW" if len(i.shape) == 4 else "ND"} for i in recipe.inputs]
+    outputs = [
+        {"name": n, "shape": list(arrays[f"output.{n}"].shape[1:]), "dtype": str(arrays[f"output.{n}"].dtype)}
+        for n in out_names
+    ]
+    inputs = [
+        {"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "layout": "NCHW" if len(i.shape) == 4 else "ND"}
+        for i in recipe.inputs
+    ]
 
     pre = recipe.preprocess
     preprocess = {
         "image_input": is_image,
         "size_hw": list(size) if size else None,
-        "resize": "Pillow Image.resize((W, H), Image.BILINEAR) after convert('RGB'); skipped when the image already has that size" if is_image else None,
+        "resize": "Pillow Image.resize((W, H), Image.BILINEAR) after convert('RGB'); skipped when the image already has that size"
+        if is_image
+        else None,
         "color": pre.color,
         "scale": pre.scale,
         "mean": list(pre.mean),
@@ -198,7 +233,12 @@ def build_bundle(
     manifest = {
         "format": FORMAT,
         "model": {"name": recipe.name, "version": version, "task": recipe.task},
-        "target": {"name": target.name, "board": target.board, "soc_version": target.soc_version, "precision": precision},
+        "target": {
+            "name": target.name,
+            "board": target.board,
+            "soc_version": target.soc_version,
+            "precision": precision,
+        },
         "inputs": inputs,
         "outputs": outputs,
         "preprocess": preprocess,
@@ -212,7 +252,9 @@ def build_bundle(
         "files": {},
     }
     files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()
-    manifest["files"] = {name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())}
+    manifest["files"] = {
+        name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
+    }
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
 
     dest = out_dir / f"{recipe.name}-{version}.tar.gz"

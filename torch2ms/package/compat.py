@@ -65,10 +65,21 @@ def scan_onnx(path: Path) -> dict:
         if n.op_type == "Resize":
             mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
             if mode not in RESIZE_MODES_OK:
-                findings.append({"where": "onnx", "op": "Resize", "level": "check", "count": 1, "first": n.name, "why": f"mode={mode!r}: only nearest/linear resizes are on every Ascend target"})
+                findings.append(
+                    {
+                        "where": "onnx",
+                        "op": "Resize",
+                        "level": "check",
+                        "count": 1,
+                        "first": n.name,
+                        "why": f"mode={mode!r}: only nearest/linear resizes are on every Ascend target",
+                    }
+                )
     for op, (level, why) in ONNX_OPS.items():
         if ops[op]:
-            findings.append({"where": "onnx", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why})
+            findings.append(
+                {"where": "onnx", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why}
+            )
     dynamic = []
     for kind, vals in (("input", m.graph.input), ("output", m.graph.output)):
         for v in vals:
@@ -121,7 +132,11 @@ def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -
         if t.data_type == TensorProto.FLOAT:
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16).astype(np.float32), t.name))
     inferred = onnx.shape_inference.infer_shapes(m)
-    float_values = {v.name for v in list(inferred.graph.value_info) + list(inferred.graph.output) if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+    float_values = {
+        v.name
+        for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT
+    }
     nodes = []
     for n in m.graph.node:
         outs = list(n.output)
@@ -144,7 +159,10 @@ def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -
     sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = list(reference[0])
     metrics = {}
-    got = [dict(zip(names, sess.run(names, {k: v.astype(np.float16).astype(np.float32) for k, v in s.items()}))) for s in inputs]
+    got = [
+        dict(zip(names, sess.run(names, {k: v.astype(np.float16).astype(np.float32) for k, v in s.items()})))
+        for s in inputs
+    ]
     for name in names:
         a = np.stack([g[name] for g in got])
         r = np.stack([s[name] for s in reference])
@@ -175,7 +193,9 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
     for d in onnx_scan["dynamic"]:
         warnings.append(f"[error] dynamic shape on {d}: fix it at export time")
     if mindir_scan["fused_kernels"]:
-        warnings.append(f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export without graph-kernel fusion")
+        warnings.append(
+            f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export without graph-kernel fusion"
+        )
     worst = max((v["rel_error"] for v in fp16.values() if isinstance(v["rel_error"], float)), default=0.0)
     if worst > tolerance["rel_error"]:
         warnings.append(
@@ -199,7 +219,10 @@ def report_markdown(rep: dict, target, model: str) -> str:
     if rep["warnings"]:
         lines += ["## Warnings", ""] + [f"- {w}" for w in rep["warnings"]] + [""]
     else:
-        lines += ["No warnings: every operator is outside the known-problem table, shapes are static, no fused host kernels.", ""]
+        lines += [
+            "No warnings: every operator is outside the known-problem table, shapes are static, no fused host kernels.",
+            "",
+        ]
     lines += [
         "## fp16 error budget",
         "",
@@ -210,14 +233,17 @@ def report_markdown(rep: dict, target, model: str) -> str:
         "|---|---|---|---|---|",
     ]
     for name, m in rep["fp16_emulation"]["metrics"].items():
-        lines.append(f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | {m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |")
+        lines.append(
+            f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | {m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
+        )
     lines += [
         "",
         "## Checks",
         "",
         f"- Dynamic shapes: {'; '.join(rep['onnx']['dynamic']) or 'none (all dimensions fixed)'}",
         f"- Host-only fused kernels in the MindIR: {', '.join(rep['mindir']['fused_kernels']) or 'none'}",
-        f"- ONNX opset {rep['onnx']['opset']}; operators: " + ", ".join(f"{k} x{v}" for k, v in rep["onnx"]["ops"].items()),
+        f"- ONNX opset {rep['onnx']['opset']}; operators: "
+        + ", ".join(f"{k} x{v}" for k, v in rep["onnx"]["ops"].items()),
         "- MindIR operators: " + ", ".join(f"{k} x{v}" for k, v in rep["mindir"]["ops"].items()),
         "",
         "The operator table is a heuristic (CANN operator lists, ATC restrictions); the ATC / converter_lite log on the board is authoritative.",

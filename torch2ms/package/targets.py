@@ -54,7 +54,9 @@ def get_target(name: str) -> Target:
     try:
         return TARGETS[name]
     except KeyError:
-        raise Torch2msError(f"--target {name!r} is not a known board", hint=f"choose one of {', '.join(TARGETS)}") from None
+        raise Torch2msError(
+            f"--target {name!r} is not a known board", hint=f"choose one of {', '.join(TARGETS)}"
+        ) from None
 
 
 def _shapes(inputs: list[dict], sep: str) -> str:
@@ -81,7 +83,7 @@ CONVERTER=${{CONVERTER_LITE:-converter_lite}}
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
-  --inputShape="{_shapes(inputs, ',')}" \\
+  --inputShape="{_shapes(inputs, ",")}" \\
   --configFile="$HERE/converter_lite.cfg"
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with: python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
@@ -113,7 +115,7 @@ atc --framework=5 \\
   --model="$BUNDLE/model/model.onnx" \\
   --output="$BUNDLE/model/{model_name}" \\
   --input_format=NCHW \\
-  --input_shape="{_shapes(inputs, ',')}" \\
+  --input_shape="{_shapes(inputs, ",")}" \\
   --soc_version="$SOC" \\
   --precision_mode={PRECISION[precision][1]}{aipp}
 echo "wrote $BUNDLE/model/{model_name}.om"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs
 from torch2ms.errors import CheckFailed
@@ -42,7 +42,9 @@ def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
         if name not in hashes:
             problems.append(f"{name}: missing (listed in manifest.json)")
         elif hashes[name] != listed[name]:
-            problems.append(f"{name}: sha256 {hashes[name][:16]}... differs from the manifest's {listed[name][:16]}... (file changed)")
+            problems.append(
+                f"{name}: sha256 {hashes[name][:16]}... differs from the manifest's {listed[name][:16]}... (file changed)"
+            )
     for name in sorted(set(hashes) - set(listed) - {"manifest.json"}):
         problems.append(f"{name}: extra file, not listed in manifest.json")
     return problems
@@ -53,17 +55,22 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
         root = Path(tmp)
         hashes = safe_extract(archive, root)
         if "manifest.json" not in hashes:
-            raise BundleUnreadable(f"{archive}: no manifest.json", hint="not a torch2ms bundle; make one with `torch2ms package`")
+            raise BundleUnreadable(
+                f"{archive}: no manifest.json", hint="not a torch2ms bundle; make one with `torch2ms package`"
+            )
         try:
             manifest = json.loads((root / "manifest.json").read_text())
         except (ValueError, UnicodeDecodeError) as err:
             raise BundleUnreadable(f"{archive}: manifest.json is not valid JSON ({err})") from None
         if manifest.get("format") != FORMAT:
-            raise BundleUnreadable(f"{archive}: manifest format {manifest.get('format')!r}, this torch2ms reads {FORMAT!r}")
+            raise BundleUnreadable(
+                f"{archive}: manifest format {manifest.get('format')!r}, this torch2ms reads {FORMAT!r}"
+            )
         problems = check_files(hashes, manifest)
         if problems:
             raise BundleTampered(
-                f"{archive}: {len(problems)} entr{'y does' if len(problems) == 1 else 'ies do'} not match manifest.json:\n  " + "\n  ".join(problems),
+                f"{archive}: {len(problems)} entr{'y does' if len(problems) == 1 else 'ies do'} not match manifest.json:\n  "
+                + "\n  ".join(problems),
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
@@ -71,7 +78,10 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
     bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
     if bad:
-        raise CheckFailed(f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}", hint="package again from a passing run")
+        raise CheckFailed(
+            f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",
+            hint="package again from a passing run",
+        )
     return Verified(manifest, len(hashes) - 1, metrics, n)
 
 

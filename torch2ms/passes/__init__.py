@@ -19,4 +19,14 @@ def fold_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
     return rebuild_passes(fuse_conv_bn_act) + [FoldBatchNorm()]
 
 
-__all__ = ["Pass", "run_passes", "EliminateIdentity", "FuseConvBnAct", "MatMulToLinear", "FoldBatchNorm", "fold_bn_weights", "rebuild_passes", "fold_passes"]
+__all__ = [
+    "Pass",
+    "run_passes",
+    "EliminateIdentity",
+    "FuseConvBnAct",
+    "MatMulToLinear",
+    "FoldBatchNorm",
+    "fold_bn_weights",
+    "rebuild_passes",
+    "fold_passes",
+]

@@ -71,7 +71,12 @@ class FuseConvBnAct(Pass):
         last = m.act or m.bn
         conv_inputs = list(m.conv.inputs) + [""] * (3 - len(m.conv.inputs))
         attrs = dict(m.conv.attrs)
-        attrs.update(epsilon=m.bn.attrs.get("epsilon", 1e-5), momentum=m.bn.attrs.get("momentum", 0.9), has_bn=1, activation=m.activation)
+        attrs.update(
+            epsilon=m.bn.attrs.get("epsilon", 1e-5),
+            momentum=m.bn.attrs.get("momentum", 0.9),
+            has_bn=1,
+            activation=m.activation,
+        )
         fused = Node(
             name=m.conv.name,
             op_type="ConvBnAct",

@@ -5,9 +5,10 @@ once; the ONNX graph is loaded and shape-inferred once)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,8 @@ class RunContext:
 
 
 def split_reference(arrays: dict[str, np.ndarray]):
-    ins = {k[len("input."):]: v for k, v in arrays.items() if k.startswith("input.")}
-    outs = {k[len("output."):]: v for k, v in arrays.items() if k.startswith("output.")}
+    ins = {k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")}
+    outs = {k[len("output.") :]: v for k, v in arrays.items() if k.startswith("output.")}
     order = arrays.get("meta.output_order")
     if order is not None:
         outs = {str(n): outs[str(n)] for n in order}

@@ -43,8 +43,22 @@ def rows(result: RunResult) -> list[tuple[str, ...]]:
     for s in result.stages:
         rec = s.record
         w = (rec or {}).get("worst") or {}
-        seconds = "-" if s.status in ("disabled", "not run") else ("0 (cached)" if s.status == "up to date" else f"{rec.get('seconds', 0):.1f}")
-        out.append((s.stage, s.status, seconds, _fmt(w.get("max_abs"), ".3g"), _fmt(w.get("rel_error"), ".3g"), _fmt(w.get("cosine"), ".7f"), _notes(s.stage, rec)))
+        seconds = (
+            "-"
+            if s.status in ("disabled", "not run")
+            else ("0 (cached)" if s.status == "up to date" else f"{rec.get('seconds', 0):.1f}")
+        )
+        out.append(
+            (
+                s.stage,
+                s.status,
+                seconds,
+                _fmt(w.get("max_abs"), ".3g"),
+                _fmt(w.get("rel_error"), ".3g"),
+                _fmt(w.get("cosine"), ".7f"),
+                _notes(s.stage, rec),
+            )
+        )
     return out
 
 
@@ -57,7 +71,9 @@ def write_reports(result: RunResult) -> None:
         "seconds": round(result.seconds, 2),
         "cpu": choice.to_dict() if choice else None,
         "versions": framework_versions(),
-        "stages": [{"stage": s.stage, "status": s.status, "reason": s.reason, "record": s.record} for s in result.stages],
+        "stages": [
+            {"stage": s.stage, "status": s.status, "reason": s.reason, "record": s.record} for s in result.stages
+        ],
     }
     write_json(result.root / "report.json", data)
     lines = [

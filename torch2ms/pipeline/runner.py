@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from torch2ms import __version__
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
@@ -101,7 +101,13 @@ def _fingerprint(payload: dict) -> str:
 
 
 class Runner:
-    def __init__(self, recipe: Recipe, out_root: Path | None = None, log: Callable[[str], None] = print, on_stage: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        recipe: Recipe,
+        out_root: Path | None = None,
+        log: Callable[[str], None] = print,
+        on_stage: Callable[[str, str], None] | None = None,
+    ):
         self.recipe = recipe
         root = Path(out_root or recipe.output)
         self.run_dir = RunDir(root / recipe.name)
@@ -194,7 +200,9 @@ class Runner:
                 metrics = compare_outputs(produced.outputs, ref_out)
             except (ValueError, KeyError) as err:
                 self.run_dir.discard_partial(stage.name)
-                raise StageFailed(f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}") from err
+                raise StageFailed(
+                    f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
+                ) from err
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine, self.recipe.check.argmax_agreement)
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
@@ -231,11 +239,20 @@ class Runner:
             from torch2ms.divergence import localize, write_diff
 
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
-            report = localize(self.ctx.stage_dir("export") / "model.onnx", out, self.ctx.reference_inputs(), tol, stage, display_dir=self.run_dir.stage_dir(stage))
+            report = localize(
+                self.ctx.stage_dir("export") / "model.onnx",
+                out,
+                self.ctx.reference_inputs(),
+                tol,
+                stage,
+                display_dir=self.run_dir.stage_dir(stage),
+            )
             write_diff(report, out)
             return report
         except Exception as err:
-            self.ctx.log(f"{stage}: the divergence could not be localized ({type(err).__name__}: {err}); run `torch2ms diff` for details")
+            self.ctx.log(
+                f"{stage}: the divergence could not be localized ({type(err).__name__}: {err}); run `torch2ms diff` for details"
+            )
             return None
 
 

@@ -46,7 +46,9 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        pynative = msutil.time_cell(msutil.build_network(ctx.stage_dir("rebuild"), "compile_pynative"), inputs[0], spec.warmup, spec.runs)
+        pynative = msutil.time_cell(
+            msutil.build_network(ctx.stage_dir("rebuild"), "compile_pynative"), inputs[0], spec.warmup, spec.runs
+        )
 
         variants = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
         timings, cells = {}, {}
@@ -57,7 +59,9 @@ class CompileStage(Stage):
             timings[key] = msutil.time_cell(cell, inputs[0], spec.warmup, spec.runs)
             cells[key] = cell
         chosen = min(timings, key=lambda k: timings[k]["median_ms"])
-        set_graph_mode(ms, chosen == "graph_kernel", spec.graph_kernel_flags if chosen == "graph_kernel" else "", spec.jit_level)
+        set_graph_mode(
+            ms, chosen == "graph_kernel", spec.graph_kernel_flags if chosen == "graph_kernel" else "", spec.jit_level
+        )
         outputs = msutil.run_cell(cells[chosen], inputs, names)
         ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
         extra = {

@@ -43,7 +43,9 @@ def _load_sample(path: Path, spec) -> np.ndarray:
     except (OSError, ValueError) as err:
         raise RecipeError(f"inputs.{spec.name}.data: cannot read {path} as .npy ({err})") from None
     if tuple(arr.shape) != tuple(spec.shape):
-        raise RecipeError(f"inputs.{spec.name}.data: {path} has shape {list(arr.shape)}, the recipe says {list(spec.shape)}")
+        raise RecipeError(
+            f"inputs.{spec.name}.data: {path} has shape {list(arr.shape)}, the recipe says {list(spec.shape)}"
+        )
     return arr.astype(np.float32)
 
 
@@ -116,10 +118,19 @@ class ExportStage(Stage):
                 )
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ModelError(f"torch.onnx.export failed for {recipe.model.factory}: {type(err).__name__}: {first}", hint="the exporter's reason is above; a model must be traceable with fixed input shapes") from None
+            raise ModelError(
+                f"torch.onnx.export failed for {recipe.model.factory}: {type(err).__name__}: {first}",
+                hint="the exporter's reason is above; a model must be traceable with fixed input shapes",
+            ) from None
         # A TracerWarning means the trace may only hold for these inputs (a Python branch on a
         # tensor value, a tensor turned into a number): say so, the check may pass by luck.
-        tracer = sorted({f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}" for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
+        tracer = sorted(
+            {
+                f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}"
+                for w in caught
+                if issubclass(w.category, torch.jit.TracerWarning)
+            }
+        )
         for t in tracer:
             ctx.log(f"export: the trace may not generalize to other inputs: {t}")
         _strip_wrapper_names(onnx_path)
@@ -133,7 +144,11 @@ class ExportStage(Stage):
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        counts = {"onnx_nodes": len(model_proto.graph.node), "batchnorm_nodes": ops.get("BatchNormalization", 0), "onnx_ops": dict(sorted(ops.items()))}
+        counts = {
+            "onnx_nodes": len(model_proto.graph.node),
+            "batchnorm_nodes": ops.get("BatchNormalization", 0),
+            "onnx_ops": dict(sorted(ops.items())),
+        }
         return StageOutput(ort_out, counts=counts, extra={"tracer_warnings": tracer} if tracer else {})
 
 
@@ -142,12 +157,12 @@ def _strip_wrapper_names(path: Path) -> None:
     import onnx
 
     m = onnx.load(str(path))
-    renamed = {t.name: t.name[len("inner."):] for t in m.graph.initializer if t.name.startswith("inner.")}
+    renamed = {t.name: t.name[len("inner.") :] for t in m.graph.initializer if t.name.startswith("inner.")}
     for t in m.graph.initializer:
         t.name = renamed.get(t.name, t.name)
     for n in m.graph.node:
         if n.name.startswith("/inner/"):
-            n.name = n.name[len("/inner"):]
+            n.name = n.name[len("/inner") :]
         n.input[:] = [renamed.get(i, i) for i in n.input]
     if m.graph.node:
         from torch2ms.pipeline.workspace import atomic_write_bytes

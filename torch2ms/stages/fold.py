@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch2ms.conversion import generate_network
 from torch2ms.passes import fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput
-from torch2ms.stages.rebuild import generate_network
 
 
 class FoldStage(Stage):

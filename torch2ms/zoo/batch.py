@@ -8,9 +8,9 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from torch2ms.zoo.files import STATUS, read_json
 from torch2ms.zoo.spec import ZooModel
@@ -79,8 +79,14 @@ def make_jobs(models: list[ZooModel], opts: ZooOptions, batch: str) -> list[dict
     ]
 
 
-def run_batch(models: list[ZooModel], opts: ZooOptions, zoo_source: str, on_row: Callable[[dict], None] = lambda r: None,
-              on_start: Callable[[BatchState], None] = lambda s: None, log: Callable[[str], None] = print) -> dict:
+def run_batch(
+    models: list[ZooModel],
+    opts: ZooOptions,
+    zoo_source: str,
+    on_row: Callable[[dict], None] = lambda r: None,
+    on_start: Callable[[BatchState], None] = lambda s: None,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Run every model; write the summaries; return the summary data (``models`` in zoo order)."""
     from torch2ms.zoo.executors import run_local, run_ray
 
@@ -100,7 +106,15 @@ def run_batch(models: list[ZooModel], opts: ZooOptions, zoo_source: str, on_row:
         parallel = opts.jobs or 1
         run_local(jobs, parallel, done)
     rows = [state.rows[m.name] for m in models]
-    meta = {"zoo": zoo_source, "executor": opts.executor, "jobs": parallel, "timeout": opts.timeout, "max_memory_mb": opts.max_memory_mb, "seconds": round(time.perf_counter() - t0, 1), "out": str(opts.out_root)}
+    meta = {
+        "zoo": zoo_source,
+        "executor": opts.executor,
+        "jobs": parallel,
+        "timeout": opts.timeout,
+        "max_memory_mb": opts.max_memory_mb,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "out": str(opts.out_root),
+    }
     data = build(rows, meta)
     data["paths"] = {k: str(v) for k, v in write_summaries(opts.out_root, data).items()}
     return data

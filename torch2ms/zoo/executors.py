@@ -7,8 +7,8 @@ the same. Ray is optional and imported only when asked for.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Callable
 
 from torch2ms.errors import Torch2msError
 from torch2ms.recipe import STAGES
@@ -19,7 +19,13 @@ OnDone = Callable[[dict], None]
 
 def failed_row(job: dict, reason: str) -> dict:
     """The row of a model whose task never produced one (the executor itself failed)."""
-    return {"name": job["name"], "status": "crashed", "stages": dict.fromkeys(STAGES, "not run"), "reason": reason, "cached": False}
+    return {
+        "name": job["name"],
+        "status": "crashed",
+        "stages": dict.fromkeys(STAGES, "not run"),
+        "reason": reason,
+        "cached": False,
+    }
 
 
 def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:
@@ -47,7 +53,10 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise Torch2msError("--executor ray needs the `ray` package, which is not installed", hint="pip install 'torch2ms[ray]', or use --executor local") from None
+        raise Torch2msError(
+            "--executor ray needs the `ray` package, which is not installed",
+            hint="pip install 'torch2ms[ray]', or use --executor local",
+        ) from None
     return ray
 
 
@@ -61,11 +70,15 @@ def _check_reachable(address: str) -> None:
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
     except OSError as err:
-        raise Torch2msError(f"--address {address}: nothing answers there ({err})",
-                            hint="start the cluster with `ray start --head`, check host and port, or drop --address to start a local Ray") from None
+        raise Torch2msError(
+            f"--address {address}: nothing answers there ({err})",
+            hint="start the cluster with `ray start --head`, check host and port, or drop --address to start a local Ray",
+        ) from None
 
 
-def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done: OnDone, log: Callable[[str], None] = print) -> int:
+def run_ray(
+    jobs: list[dict], parallel: int | None, address: str | None, on_done: OnDone, log: Callable[[str], None] = print
+) -> int:
     """Run every job as a Ray task; at most ``parallel`` in flight (default: the cluster's CPUs; a
     local Ray gets ``parallel`` CPUs, default all).
     Connects to ``address`` or, without one, to a running ``ray.init`` or a new local Ray
@@ -82,8 +95,10 @@ def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done
         except Torch2msError:
             raise
         except Exception as err:
-            raise Torch2msError(f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: {type(err).__name__}: {err}",
-                                hint="check --address (e.g. ray://host:10001 or auto), or drop it to start a local Ray") from None
+            raise Torch2msError(
+                f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: {type(err).__name__}: {err}",
+                hint="check --address (e.g. ray://host:10001 or auto), or drop it to start a local Ray",
+            ) from None
         started = True
         log(f"Ray {'at ' + address if address else 'started locally'}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
     parallel = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -101,7 +116,12 @@ def run_ray(jobs: list[dict], parallel: int | None, address: str | None, on_done
                 try:
                     on_done(ray.get(ref))
                 except Exception as err:  # the Ray worker died or the task could not run
-                    on_done(failed_row(job, f"Ray task failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"))
+                    on_done(
+                        failed_row(
+                            job,
+                            f"Ray task failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                        )
+                    )
     except BaseException:
         for ref in in_flight:
             ray.cancel(ref, force=True)

@@ -94,7 +94,10 @@ def run_one(job: dict) -> dict:
     run_dir = Path(job["out_root"]) / job["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / JOB, job)
-    write_status(run_dir, {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()})
+    write_status(
+        run_dir,
+        {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()},
+    )
     previous = read_json(run_dir / RESULT)
     env = dict(os.environ)
     extra_path = [p for p in job.get("pythonpath", []) if p]
@@ -110,8 +113,12 @@ def run_one(job: dict) -> dict:
     with open(run_dir / LOG, "wb") as log:
         p = subprocess.Popen(
             [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=cwd, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
         )
         with _live_lock:
             _live[p.pid] = p
@@ -167,13 +174,27 @@ def _kernel_oom_killed(pid: int | None) -> bool:
     return f"Killed process {pid} " in log
 
 
-def build_row(job: dict, run_dir: Path, status: dict, returncode: int | None, timed_out: bool, over_memory: bool, wall: float, peak_sampled: float, previous: dict | None) -> dict:
+def build_row(
+    job: dict,
+    run_dir: Path,
+    status: dict,
+    returncode: int | None,
+    timed_out: bool,
+    over_memory: bool,
+    wall: float,
+    peak_sampled: float,
+    previous: dict | None,
+) -> dict:
     stages = dict.fromkeys(STAGES, "not run")
     stages.update(status.get("stages") or {})
     current = status.get("stage")
     finished = status.get("state") == "finished"
     peak = max(peak_sampled, status.get("peak_rss_mb") or 0.0)
-    where = f" during stage {current!r}" if current and stages.get(current) == "running" else (" before the first stage" if not current else f" after stage {current!r}")
+    where = (
+        f" during stage {current!r}"
+        if current and stages.get(current) == "running"
+        else (" before the first stage" if not current else f" after stage {current!r}")
+    )
     if timed_out:
         model_status = "timeout"
         if current and stages.get(current) == "running":

@@ -103,7 +103,9 @@ def load_zoo(path: str | Path) -> list[ZooModel]:
 
 def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
     if not isinstance(raw, dict):
-        raise RecipeError(f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`), got {type(raw).__name__}")
+        raise RecipeError(
+            f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`), got {type(raw).__name__}"
+        )
     try:
         zoo = ZooFile.model_validate(raw)
     except ValidationError as err:
@@ -134,7 +136,9 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                 continue
             rpath = Path(ref) if Path(ref).is_absolute() else base_dir / ref
             if not rpath.is_file():
-                problems.append(f"  {where}.recipe: {rpath}: file not found (paths are relative to the zoo file's folder)")
+                problems.append(
+                    f"  {where}.recipe: {rpath}: file not found (paths are relative to the zoo file's folder)"
+                )
                 continue
             try:
                 file_data = yaml.safe_load(rpath.read_text()) or {}
@@ -165,7 +169,9 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                     problems.append(f"  {label}.{dotted}: {_message(e)}")
             continue
         if recipe.name in seen:
-            problems.append(f"  {where}.name: {recipe.name!r} is already used by models[{seen[recipe.name]}]; names must be unique (each is a run folder)")
+            problems.append(
+                f"  {where}.name: {recipe.name!r} is already used by models[{seen[recipe.name]}]; names must be unique (each is a run folder)"
+            )
             continue
         seen[recipe.name] = i
         # Validate exactly as the worker will, so a model never fails late on its recipe.
@@ -185,5 +191,7 @@ def select(models: list[ZooModel], only: str | None, source: str) -> list[ZooMod
     names = {m.name for m in models}
     unknown = [n for n in wanted if n not in names]
     if unknown:
-        raise RecipeError(f"--only: {', '.join(unknown)} not in {source}", hint=f"choose from: {', '.join(m.name for m in models)}")
+        raise RecipeError(
+            f"--only: {', '.join(unknown)} not in {source}", hint=f"choose from: {', '.join(m.name for m in models)}"
+        )
     return [m for m in models if m.name in wanted]

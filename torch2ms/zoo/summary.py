@@ -14,8 +14,30 @@ from torch2ms.pipeline.runner import framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.recipe import STAGES
 
-COLUMNS = ("model", "status", *STAGES, "max rel err", "min cosine", "ONNX nodes", "Conv2dBnAct", "BN folded", "convert s", "latency ms", "peak RSS MB", "reason")
-STATUS_COLOR = {"passed": "#1a7f37", "up to date": "#0969da", "failed": "#cf222e", "timeout": "#bc4c00", "oom": "#bc4c00", "crashed": "#cf222e", "not run": "#6e7781", "disabled": "#6e7781"}
+COLUMNS = (
+    "model",
+    "status",
+    *STAGES,
+    "max rel err",
+    "min cosine",
+    "ONNX nodes",
+    "Conv2dBnAct",
+    "BN folded",
+    "convert s",
+    "latency ms",
+    "peak RSS MB",
+    "reason",
+)
+STATUS_COLOR = {
+    "passed": "#1a7f37",
+    "up to date": "#0969da",
+    "failed": "#cf222e",
+    "timeout": "#bc4c00",
+    "oom": "#bc4c00",
+    "crashed": "#cf222e",
+    "not run": "#6e7781",
+    "disabled": "#6e7781",
+}
 
 
 def headline(rows: list[dict]) -> str:
@@ -44,7 +66,11 @@ def _limits(data: dict) -> str:
     timeouts = sorted({r["timeout_s"] for r in rows if r.get("timeout_s")})
     mems = sorted({r.get("max_memory_mb") or 0 for r in rows if "timeout_s" in r})
     t = "timeout " + ("/".join(f"{v:g}" for v in timeouts) + " s" if timeouts else f"{data['timeout']:g} s")
-    m = "no memory limit" if mems in ([], [0]) else "memory limit " + "/".join(f"{v:g} MB" if v else "none" for v in mems)
+    m = (
+        "no memory limit"
+        if mems in ([], [0])
+        else "memory limit " + "/".join(f"{v:g} MB" if v else "none" for v in mems)
+    )
     return f"per model: {t}, {m}"
 
 
@@ -116,7 +142,7 @@ def _html(data: dict) -> str:
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f6f8fa}}</style></head>
 <body><h1>{title}</h1>
-<p><b>{html.escape(data['headline'])}</b> in {data['seconds']:.0f} s ({html.escape(data['executor'])} executor, {data['jobs']} at a time, {html.escape(_limits(data))}).</p>
+<p><b>{html.escape(data["headline"])}</b> in {data["seconds"]:.0f} s ({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))}).</p>
 <table>
 <thead><tr>{head}</tr></thead>
 <tbody>

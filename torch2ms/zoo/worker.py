@@ -99,7 +99,12 @@ def main(job_path: str) -> int:
         status["stages"][s.stage] = s.status
     failed = result.failed_stage
     reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
-    update(state="finished", status="passed" if result.passed else "failed", reason=reason, seconds=round(time.perf_counter() - t0, 2))
+    update(
+        state="finished",
+        status="passed" if result.passed else "failed",
+        reason=reason,
+        seconds=round(time.perf_counter() - t0, 2),
+    )
     return 0
 
 

@@ -103,7 +103,11 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
     max_abs = float(np.abs(a - r).max(initial=0.0))
     na, nr = np.linalg.norm(a), np.linalg.norm(r)
     cosine = 1.0 if na == nr == 0 else float(a @ r / (na * nr)) if na and nr else 0.0
-    out = {"max_abs": max_abs, "rel_error": max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf")), "cosine": cosine}
+    out = {
+        "max_abs": max_abs,
+        "rel_error": max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf")),
+        "cosine": cosine,
+    }
     if expected.ndim >= 2 and expected.shape[1] > 1:
         out["argmax_agreement"] = float((actual.argmax(axis=1) == expected.argmax(axis=1)).mean())
     return out
@@ -126,7 +130,9 @@ def self_check(model: Model, manifest: dict, rtol: float | None) -> bool:
         good = m["rel_error"] <= tol["rel_error"] and m["cosine"] >= tol["cosine"]
         ok &= good
         extra = f", argmax agreement {m['argmax_agreement']:.6f}" if "argmax_agreement" in m else ""
-        print(f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]")
+        print(
+            f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]"
+        )
     return ok
 
 
@@ -140,11 +146,19 @@ def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
     names = post.get("class_names")
     logits = outputs[0]
     np.save(f"{stem}.npy", logits)
-    result = {"model": manifest["model"]["name"], "version": manifest["model"]["version"], "output": manifest["outputs"][0]["name"], "npy": f"{stem}.npy"}
+    result = {
+        "model": manifest["model"]["name"],
+        "version": manifest["model"]["version"],
+        "output": manifest["outputs"][0]["name"],
+        "npy": f"{stem}.npy",
+    }
     if post["kind"] == "classification":
         probs = softmax(logits.reshape(-1).astype(np.float64))
         top = np.argsort(-probs, kind="stable")[: post["top_k"]]
-        result["top_k"] = [{"index": int(i), "name": names[i] if names else None, "probability": round(float(probs[i]), 6)} for i in top]
+        result["top_k"] = [
+            {"index": int(i), "name": names[i] if names else None, "probability": round(float(probs[i]), 6)}
+            for i in top
+        ]
     elif post["kind"] == "segmentation":
         from PIL import Image
 
@@ -153,7 +167,9 @@ def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
         Image.fromarray(mask.astype(dtype)).save(f"{stem}.png")
         counts = np.bincount(mask.ravel(), minlength=logits.shape[1])
         result["mask_png"] = f"{stem}.png"
-        result["classes_present"] = [{"index": int(i), "name": names[i] if names else None, "pixels": int(c)} for i, c in enumerate(counts) if c]
+        result["classes_present"] = [
+            {"index": int(i), "name": names[i] if names else None, "pixels": int(c)} for i, c in enumerate(counts) if c
+        ]
     Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -162,17 +178,32 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("input", nargs="?", help="an image file (jpg/png/...) or a .npy float32 NCHW tensor")
     p.add_argument("--out", default="prediction", help="output path stem (default: prediction)")
-    p.add_argument("--model", default="model/network.mindir", help="MindIR to run, relative to the bundle (default: model/network.mindir)")
-    p.add_argument("--device", default=None, choices=["cpu", "ascend", "gpu"], help="default: ascend with MindSpore Lite, else cpu")
-    p.add_argument("--self-check", action="store_true", help="run samples/reference.npz and compare with PyTorch's outputs")
-    p.add_argument("--rtol", type=float, default=None, help="relative error allowed by --self-check (default: the manifest's; fp16 boards need more, see compatibility.md)")
+    p.add_argument(
+        "--model",
+        default="model/network.mindir",
+        help="MindIR to run, relative to the bundle (default: model/network.mindir)",
+    )
+    p.add_argument(
+        "--device", default=None, choices=["cpu", "ascend", "gpu"], help="default: ascend with MindSpore Lite, else cpu"
+    )
+    p.add_argument(
+        "--self-check", action="store_true", help="run samples/reference.npz and compare with PyTorch's outputs"
+    )
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative error allowed by --self-check (default: the manifest's; fp16 boards need more, see compatibility.md)",
+    )
     args = p.parse_args(argv)
     if not args.self_check and not args.input:
         p.error("give an INPUT file or --self-check")
     manifest = load_manifest()
     model_path = (HERE / args.model) if not Path(args.model).is_absolute() else Path(args.model)
     if not model_path.is_file():
-        print(f"error: {model_path} not found; run a targets/*/converter_lite.sh first or pass --model", file=sys.stderr)
+        print(
+            f"error: {model_path} not found; run a targets/*/converter_lite.sh first or pass --model", file=sys.stderr
+        )
         return 2
     device = args.device
     if device is None:
@@ -183,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             device = "cpu"
     model = Model(model_path, device)
-    print(f"{manifest['model']['name']} {manifest['model']['version']}: {model_path.name} on {model.runtime}", file=sys.stderr)
+    print(
+        f"{manifest['model']['name']} {manifest['model']['version']}: {model_path.name} on {model.runtime}",
+        file=sys.stderr,
+    )
     if args.self_check:
         return 0 if self_check(model, manifest, args.rtol) else 1
     src = Path(args.input)
