@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from torch2ms.converters.registry import Registration, registrations
+from torch2ms.converters.registry import Registration, refusals, registrations
 from torch2ms.graph.load import SUPPORTED_OPSETS
 
 MARKDOWN_FILE = "docs/operators.md"
@@ -87,4 +87,16 @@ def render_markdown(rows: list[OpRow] | None = None) -> str:
     for r in rows:
         attrs = ", ".join(f"`{a}`" for a in r.attributes) or "-"
         lines.append(f"| {r.op_type} | {r.domain} | {r.opsets} | {_cell(r.signature)} | {_cell(attrs)} |")
+    refused = refusals()
+    if refused:
+        lines += [
+            "",
+            "## Refused",
+            "",
+            "These ONNX ops are refused on purpose: `torch2ms check` and the rebuild stage name the reason.",
+            "",
+            "| op | reason |",
+            "|---|---|",
+        ]
+        lines += [f"| {op} | {_cell(reason)} |" for op, reason in refused.items()]
     return "\n".join(lines) + "\n"

@@ -58,6 +58,17 @@ def converter(*op_types: str, since: int = 1, domain: str = ""):
     return deco
 
 
+# op type -> why torch2ms refuses it (e.g. an output shape that depends on the data, which a
+# static MindSpore graph cannot have); read by the registry, ``check`` and docs/operators.md.
+REFUSED: dict[str, str] = {}
+
+
+def refuse(*op_types: str, reason: str) -> None:
+    """Declare default-domain ``op_types`` as refused with ``reason`` (said by ``check`` and the docs)."""
+    for op in op_types:
+        REFUSED[op] = reason
+
+
 # numpy dtype name -> MindSpore dtype in generated code
 MS_DTYPES = {
     "float32": "ms.float32",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from torch2ms.converters.api import REGISTRY, Emitter, Registration, Unsupported
+from torch2ms.converters.api import REFUSED, REGISTRY, Emitter, Registration, Unsupported
 from torch2ms.graph.ir import Graph, Node
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -35,6 +35,12 @@ def lookup(op_type: str, opset: int, domain: str = "") -> Registration | None:
 def registrations() -> list[Registration]:
     _load_all()
     return [r for regs in REGISTRY.values() for r in regs]
+
+
+def refusals() -> dict[str, str]:
+    """Default-domain op types refused on purpose, with the reason."""
+    _load_all()
+    return dict(sorted(REFUSED.items()))
 
 
 def call_converter(reg: Registration, emitter: Emitter, node: Node):
@@ -91,7 +97,11 @@ def problem_of(graph: Graph, node: Node) -> str | None:
     reg = lookup(node.op_type, graph.opset, node.domain)
     if reg is None:
         known = [r.since for r in REGISTRY.get((_domain(node.domain), node.op_type), [])]
-        return f"needs opset >= {min(known)}" if known else "no converter"
+        if known:
+            return f"needs opset >= {min(known)}"
+        if _domain(node.domain) == "" and node.op_type in REFUSED:
+            return f"refused: {REFUSED[node.op_type]}"
+        return "no converter"
     try:
         call_converter(reg, Emitter(graph, node), node)
     except Unsupported as err:
