@@ -66,6 +66,9 @@ class CheckSpec(_Strict):
     rel_error: float = Field(default=1e-4, gt=0, le=1, description="max |a-b| / max |reference|")
     cosine: float = Field(default=0.99999, ge=0.5, le=1)
     argmax_agreement: float = Field(default=0.0, ge=0, le=1, description="minimum argmax agreement (0: report only)")
+    task_agreement: float | None = Field(
+        default=None, ge=0, le=1, description="minimum task agreement with PyTorch (default: the task's own gate)"
+    )
 
 
 class ExportSpec(_Strict):
@@ -106,7 +109,7 @@ class PreprocessSpec(_Strict):
 
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    task: Literal["classification", "segmentation", "other"] = "other"
+    task: Literal["classification", "segmentation", "detection", "other"] = "other"
     model: ModelSpec
     inputs: tuple[InputSpec, ...] = Field(min_length=1)
     check: CheckSpec = CheckSpec()

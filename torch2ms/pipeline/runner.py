@@ -194,6 +194,7 @@ class Runner:
         seconds_run = time.perf_counter() - t0
         metrics: list[OutputMetrics] = []
         violations: list[str] = []
+        task_result = None
         if produced.outputs is not None:
             _, ref_out = self.ctx.reference()
             try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
@@ -206,6 +207,9 @@ class Runner:
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine, self.recipe.check.argmax_agreement)
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
+            task_result, task_violation = self._task_check(produced.outputs, ref_out)
+            if task_violation:
+                violations.append(task_violation)
         status = "failed" if violations else "passed"
         reason = "; ".join(violations)
         diff = self._localize(stage.name, out) if violations and stage.name in LOCALIZED_STAGES else None
@@ -221,6 +225,7 @@ class Runner:
             "seconds": round(seconds_run, 3),
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
+            "task": task_result.to_dict() if task_result else None,
             "violations": violations,
             "diff": diff.summary() if diff is not None else None,
             "counts": produced.counts,
@@ -230,6 +235,19 @@ class Runner:
         write_json(out / RECORD, record)
         self.run_dir.commit(stage.name, out)
         return StageResult(stage.name, status, record, reason)
+
+    def _task_check(self, outputs, reference):
+        """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if any."""
+        from torch2ms.tasks import gate, task_for
+
+        t = task_for(self.recipe)
+        result = t.measure(self.recipe, outputs, reference) if t else None
+        if result is None:
+            return None, None
+        need = gate(self.recipe, t)
+        if result.agreement < need:
+            return result, f"{result.metric} {result.agreement:.4f} < {need}"
+        return result, None
 
     def _localize(self, stage: str, out: Path):
         """After a failed rebuild/fold check: the first node of the generated code that leaves

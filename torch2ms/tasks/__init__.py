@@ -1,0 +1,74 @@
+"""Task-level checks beside the tensor errors: does a stage's output *mean* what PyTorch's does?
+
+The recipe's ``task`` picks one ``Task`` (classification, segmentation, detection; ``other`` has
+none). After every stage the runner calls ``task.measure(recipe, outputs, reference)`` with the
+stage's outputs and PyTorch's, per sample, and records the ``TaskResult`` in ``stage.json``
+under ``task``. A stage fails when ``agreement`` is below the gate: ``check.task_agreement``
+when the recipe sets it, else the task's ``default_gate``.
+
+A task lives in its own module here and registers itself with ``@task("name")``; the modules
+are imported on first use, like the converters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class TaskResult:
+    metric: str  # what ``agreement`` measures, e.g. "top-1 agreement"
+    agreement: float  # the gated figure, 0..1
+    figures: dict[str, Any] = field(default_factory=dict)  # other figures (top-5 overlap, mIoU, ...)
+    notes: list[str] = field(default_factory=list)  # details a reader needs (e.g. each missing box)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "agreement": self.agreement, "figures": self.figures, "notes": self.notes}
+
+
+class Task:
+    name = ""
+    default_gate = 0.0  # 0: report only
+
+    def measure(
+        self, recipe, outputs: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]
+    ) -> TaskResult | None:
+        """Compare a stage's outputs with PyTorch's (both per sample, per output name)."""
+        raise NotImplementedError
+
+
+TASKS: dict[str, Task] = {}
+
+
+def task(name: str):
+    """Register the decorated ``Task`` subclass for recipes with ``task: name``."""
+
+    def deco(cls: type[Task]) -> type[Task]:
+        cls.name = name
+        TASKS[name] = cls()
+        return cls
+
+    return deco
+
+
+_LOADED = False
+
+
+def task_for(recipe) -> Task | None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        import importlib
+        import pkgutil
+
+        for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+            importlib.import_module(f"{__name__}.{mod}")
+    return TASKS.get(recipe.task)
+
+
+def gate(recipe, t: Task) -> float:
+    given = getattr(recipe.check, "task_agreement", None)
+    return t.default_gate if given is None else given
