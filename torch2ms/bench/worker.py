@@ -20,19 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from torch2ms.memory import peak_rss_mb, rss_mb
+
 RESULT = "@@RESULT "
-
-
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process. Not ``ru_maxrss``: Linux keeps that
-    across ``execve``, so a child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 def _import_framework(kind: str) -> None:
@@ -53,7 +43,7 @@ def measure(spec: dict) -> dict:
 
     variant = BY_KEY[spec["variant"]]
     _import_framework(variant.kind)
-    baseline = _status_mb("VmRSS")
+    baseline = rss_mb()
     recipe = parse_recipe(spec["recipe"], "bench", spec["base_dir"])
     folders = {k: Path(v) for k, v in spec["folders"].items()}
     inputs, _ = split_reference(load_npz(folders["export"] / "reference.npz"))
@@ -68,7 +58,7 @@ def measure(spec: dict) -> dict:
     return {
         "first_call_s": loaded.first_call_s,
         "median_ms": statistics.median(times) * 1e3,
-        "peak_rss_mb": _status_mb("VmHWM"),
+        "peak_rss_mb": peak_rss_mb(),
         "import_rss_mb": baseline,
     }
 

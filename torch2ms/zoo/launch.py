@@ -2,7 +2,7 @@
 
 The worker runs in a session of its own, so a hang past the timeout is ended by killing its
 whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
-worker process while it runs and also reported by the worker itself (``ru_maxrss``); the larger is
+worker process while it runs and also reported by the worker itself (``VmHWM``, torch2ms.memory); the larger is
 kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
 
 * ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from torch2ms.memory import rss_mb
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
@@ -61,14 +62,10 @@ def _kill_group(p: subprocess.Popen, grace: float) -> None:
             continue
 
 
-def _rss_mb(pid: int) -> float:
-    """RSS of the worker process itself (its children, if any, are separate programs)."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except Exception:
-        return 0.0
+def _sampled_rss_mb(pid: int) -> float:
+    """RSS of the worker process itself (its children, if any, are separate programs); 0 once gone."""
+    mb = rss_mb(pid)
+    return 0.0 if mb != mb else mb
 
 
 def _last_line(path: Path, limit: int = 200) -> str:
@@ -129,7 +126,7 @@ def run_one(job: dict) -> dict:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                rss = _rss_mb(p.pid)
+                rss = _sampled_rss_mb(p.pid)
                 peak_sampled = max(peak_sampled, rss)
                 if limit and rss > limit:
                     over_memory = True
