@@ -72,17 +72,59 @@ def test_conv_opset11(tmp_path):
     )
 
 
-@pytest.mark.parametrize(
-    "inputs, attrs, match",
-    [
-        ([x(1, 3, 8), const(rand(4, 3, 3))], {}, "rank"),  # 1-D convolution
-        ([x(1, 3, 4, 4, 4), const(rand(2, 3, 1, 1, 1))], {}, "rank"),  # 3-D convolution
-        ([x(1, 3, 8, 8), x(4, 3, 3, 3)], {}, "weight"),  # weight computed at run time
-    ],
-    ids=["conv1d", "conv3d", "dynamic_weight"],
-)
-def test_conv_refuses(inputs, attrs, match):
-    check_unsupported("Conv", inputs, attrs, match)
+@pytest.mark.parametrize("shape", [(1, 3, 8), (1, 3, 4, 4, 4)], ids=["1d", "3d"])
+def test_conv_dynamic_weight_refused(shape):
+    """A weight computed at run time (any rank)."""
+    check_unsupported("Conv", [x(*shape), x(4, 3, *[3] * (len(shape) - 2))], {}, "weight")
+
+
+# (input shape, out channels, kernel, attrs) for nn.Conv1d: odd lengths, asymmetric pads as ops.pad
+CONV1D_CASES = {
+    "k3": ((2, 3, 9), 4, 3, {}),
+    "k3_pad1": ((1, 3, 8), 5, 3, {"pads": [1, 1]}),
+    "k5_s2_pad2": ((1, 4, 11), 4, 5, {"pads": [2, 2], "strides": [2]}),
+    "asym_pads": ((1, 3, 7), 4, 3, {"pads": [0, 2]}),
+    "asym_pads_s3": ((1, 3, 10), 4, 4, {"pads": [2, 1], "strides": [3]}),
+    "dil2": ((1, 3, 12), 4, 3, {"pads": [2, 2], "dilations": [2]}),
+    "group2": ((1, 4, 9), 6, 3, {"pads": [1, 1], "group": 2}),
+    "depthwise_s2": ((1, 4, 9), 4, 3, {"pads": [1, 1], "group": 4, "strides": [2]}),
+    "same_upper_s2": ((1, 3, 8), 4, 4, {"auto_pad": "SAME_UPPER", "strides": [2]}),
+    "same_lower": ((1, 3, 7), 4, 4, {"auto_pad": "SAME_LOWER"}),
+    "valid": ((1, 3, 9), 4, 3, {"auto_pad": "VALID", "strides": [2]}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("name", list(CONV1D_CASES))
+def test_conv1d(name, bias, tmp_path):
+    shape, out_ch, k, attrs = CONV1D_CASES[name]
+    w = rand(out_ch, shape[1] // attrs.get("group", 1), k, seed=1, low=-0.5, high=0.5)
+    inputs = [x(*shape), const(w)] + ([const(rand(out_ch, seed=2))] if bias else [])
+    check_op("Conv", inputs, attrs, tmp_path)
+
+
+# (input shape, out channels, kernel, attrs) for nn.Conv3d
+CONV3D_CASES = {
+    "k3": ((1, 3, 5, 6, 7), 4, (3, 3, 3), {}),
+    "k3_pad1": ((2, 2, 5, 5, 5), 3, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+    "k1x3x3_s2": ((1, 3, 4, 7, 9), 4, (1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1], "strides": [1, 2, 2]}),
+    "asym_pads": ((1, 3, 5, 6, 5), 2, (3, 2, 3), {"pads": [0, 1, 2, 1, 0, 1]}),
+    "dil2": ((1, 2, 7, 7, 6), 3, (3, 3, 3), {"pads": [2, 2, 2, 2, 2, 2], "dilations": [2, 2, 2]}),
+    "dil_mixed": ((1, 2, 7, 7, 6), 3, (3, 3, 3), {"dilations": [1, 2, 1]}),
+    "group2": ((1, 4, 5, 5, 5), 6, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1], "group": 2}),
+    "same_upper_s2": ((1, 2, 5, 6, 7), 3, (2, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
+    "same_lower": ((1, 2, 5, 6, 7), 3, (2, 2, 2), {"auto_pad": "SAME_LOWER"}),
+    "valid_s_mixed": ((1, 2, 6, 7, 8), 3, (3, 3, 3), {"auto_pad": "VALID", "strides": [1, 2, 3]}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("name", list(CONV3D_CASES))
+def test_conv3d(name, bias, tmp_path):
+    shape, out_ch, k, attrs = CONV3D_CASES[name]
+    w = rand(out_ch, shape[1] // attrs.get("group", 1), *k, seed=1, low=-0.5, high=0.5)
+    inputs = [x(*shape), const(w)] + ([const(rand(out_ch, seed=2))] if bias else [])
+    check_op("Conv", inputs, attrs, tmp_path)
 
 
 # --- the fused ConvBnAct (made by FuseConvBnAct from Conv -> BatchNormalization -> activation) ---

@@ -1,9 +1,12 @@
-"""Convolutions: ONNX ``Conv`` and the fused ``torch2ms.ConvBnAct`` made by the fusion pass.
+"""Convolutions: ONNX ``Conv`` (1-D, 2-D, 3-D) and the fused ``torch2ms.ConvBnAct`` made by the
+fusion pass; ``ConvInteger`` and ``DeformConv`` are refused (below).
 
 Padding: ONNX ``pads`` are ``[top, left, bottom, right]`` (all begins, then all ends);
-MindSpore's ``padding`` 4-tuple is ``(top, bottom, left, right)``. We always write
-``pad_mode`` explicitly: MindSpore's default ``'same'`` pads like TensorFlow (extra pad at the
-end), not like PyTorch.
+MindSpore's ``padding`` 4-tuple is ``(top, bottom, left, right)``, ``nn.Conv3d``'s 6-tuple
+``(head, tail, top, bottom, left, right)``. ``nn.Conv1d`` pads both ends alike, so unequal 1-D
+pads become an ``ops.pad`` first. We always write ``pad_mode`` explicitly: MindSpore's default
+``'same'`` pads like TensorFlow (extra pad at the end), not like PyTorch; ONNX's ``auto_pad=SAME_*``
+is computed here into explicit pads.
 """
 
 from __future__ import annotations
@@ -54,10 +57,59 @@ def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad) -> dict:
     return kw
 
 
+def explicit_pads(sizes, kernel, strides, dilations, pads, auto_pad: str) -> tuple[list[int], list[int]]:
+    """ONNX ``pads`` / ``auto_pad`` of a convolution or pooling as (begins, ends) per spatial axis."""
+    n = len(sizes)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small = total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else total - small)
+            ends.append(total - begins[-1])
+        return begins, ends
+    if auto_pad == "VALID":
+        return [0] * n, [0] * n
+    if auto_pad != "NOTSET":
+        raise Unsupported(f"auto_pad={auto_pad!r} not supported")
+    pads = [int(p) for p in (pads or [0] * (2 * n))]
+    return pads[:n], pads[n:]
+
+
+def _conv_nd(em, w, kernel_shape, strides, dilations, pads, auto_pad, group) -> str:
+    """``Conv`` over 1 or 3 spatial axes: nn.Conv1d / nn.Conv3d."""
+    n = em.rank(0) - 2
+    kernel = tuple(int(k) for k in (kernel_shape or w.shape[2:]))
+    strides = tuple(int(s) for s in (strides or [1] * n))
+    dilations = tuple(int(d) for d in (dilations or [1] * n))
+    begins, ends = explicit_pads(em.shape(0)[2:], kernel, strides, dilations, pads, auto_pad)
+    x = em.x(0)
+    params = {"weight": w if n == 3 else w[:, :, None, :]}  # nn.Conv1d's weight is (out, in, 1, k)
+    kw: dict = {"pad_mode": "valid"}
+    if n == 1 and begins != ends:
+        x = f"ops.pad({x}, {(begins[0], ends[0])!r})"
+    elif any(begins + ends):
+        kw = {"pad_mode": "pad", "padding": begins[0] if n == 1 else _squash([v for p in zip(begins, ends) for v in p])}
+    if any(s != 1 for s in strides):
+        kw["stride"] = _squash(strides)
+    if any(d != 1 for d in dilations):
+        kw["dilation"] = _squash(dilations)
+    if group != 1:
+        kw["group"] = int(group)
+    if em.has_input(2):
+        kw["has_bias"] = True
+        params["bias"] = em.require_const(2, "bias")
+    cls = "nn.Conv1d" if n == 1 else "nn.Conv3d"
+    layer = em.layer(cls, int(em.shape(0)[1]), int(w.shape[0]), _squash(kernel), params=params, **kw)
+    return f"{layer}({x})"
+
+
 @converter("Conv", since=1)
 def conv(em, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """Conv(X, W, B?) -> Y   attrs: auto_pad, dilations, group, kernel_shape, pads, strides"""
+    """Conv(X, W, B?) -> Y   attrs: auto_pad, dilations, group, kernel_shape, pads, strides; 1-D, 2-D, 3-D"""
     w = em.require_const(1, "weight")
+    if em.rank(0) in (3, 5):
+        return _conv_nd(em, w, kernel_shape, strides, dilations, pads, auto_pad, group)
     kw = conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad)
     if group != 1:
         kw["group"] = int(group)
