@@ -1,9 +1,10 @@
-"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool against onnxruntime."""
+"""MaxPool, AveragePool, LpPool (1-D to 3-D), the Global pools and MaxUnpool against onnxruntime."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from converters.helpers import check_op, check_unsupported, x
+from converters.helpers import check_op, check_unsupported, const, rand, x
 
 # (input H, W, attrs): kernels, strides, symmetric/asymmetric pads, ceil_mode, auto_pad
 POOL_CASES = {
@@ -25,6 +26,20 @@ POOL_CASES = {
     "same_upper": ((7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     "same_lower": ((7, 8), {"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "SAME_LOWER"}),
     "valid": ((7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "VALID"}),
+    # ceil mode's last window starting on the end padding: onnxruntime drops it, ONNX shape inference keeps it
+    "ceil_last_window_on_pad": (
+        (2, 2),
+        {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    ),
+    "ceil_last_window_on_asym_pad": (
+        (3, 4),
+        {"kernel_shape": [2, 2], "strides": [3, 2], "pads": [0, 0, 1, 1], "ceil_mode": 1},
+    ),
+    "pads_over_half_kernel": ((5, 5), {"kernel_shape": [3, 3], "pads": [2, 2, 2, 2]}),
+    "pads_over_half_kernel_s2_ceil": (
+        (6, 7),
+        {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [1, 2, 1, 2], "ceil_mode": 1},
+    ),
 }
 
 
@@ -62,11 +77,138 @@ def test_max_pool_indices_refused():
     check_unsupported("MaxPool", [x(1, 2, 4, 4)], {"kernel_shape": [2, 2]}, "Indices", n_outputs=2)
 
 
-def test_pool_1d_refused():
-    check_unsupported("MaxPool", [x(1, 2, 8)], {"kernel_shape": [2]}, "rank")
+def test_pool_empty_output_refused():
+    check_unsupported("MaxPool", [x(1, 2, 2, 2)], {"kernel_shape": [3, 3]}, "empty output")
+
+
+# (input spatial shape, attrs) for the 1-D and 3-D layers
+POOL_CASES_1D = {
+    "k2s2": ((8,), {"kernel_shape": [2], "strides": [2]}),
+    "k3s2p1": ((9,), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    "k3s2_ceil": ((10,), {"kernel_shape": [3], "strides": [2], "ceil_mode": 1}),
+    "asym_pads_ceil": ((7,), {"kernel_shape": [3], "strides": [2], "pads": [0, 1], "ceil_mode": 1}),
+    "ceil_last_window_on_pad": ((2,), {"kernel_shape": [3], "strides": [3], "pads": [1, 1], "ceil_mode": 1}),
+    "same_upper": ((7,), {"kernel_shape": [4], "strides": [2], "auto_pad": "SAME_UPPER"}),
+    "same_lower": ((7,), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_LOWER"}),
+    "dil2": ((9,), {"kernel_shape": [3], "dilations": [2], "pads": [1, 1]}),
+}
+POOL_CASES_3D = {
+    "k2s2": ((4, 6, 5), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}),
+    "k3s2p1": ((5, 5, 7), {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
+    "k3_mixed_ceil": ((5, 6, 7), {"kernel_shape": [1, 3, 3], "strides": [1, 2, 2], "ceil_mode": 1}),
+    "asym_pads": ((5, 5, 4), {"kernel_shape": [3, 2, 3], "strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]}),
+    "same_upper": ((5, 4, 6), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}),
+    "dil_mixed": ((7, 6, 7), {"kernel_shape": [3, 2, 2], "dilations": [2, 1, 2], "strides": [1, 2, 1]}),
+}
+ND_CASES = {f"1d_{k}": ((1, 3) + v[0], v[1]) for k, v in POOL_CASES_1D.items()} | {
+    f"3d_{k}": ((1, 2) + v[0], v[1]) for k, v in POOL_CASES_3D.items()
+}
+
+
+@pytest.mark.parametrize("name", list(ND_CASES))
+def test_max_pool_nd(name, tmp_path):
+    shape, attrs = ND_CASES[name]
+    check_op("MaxPool", [x(*shape)], attrs, tmp_path)
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("name", list(ND_CASES))
+def test_average_pool_nd(name, count_include_pad, tmp_path):
+    shape, attrs = ND_CASES[name]
+    check_op("AveragePool", [x(*shape)], attrs | {"count_include_pad": count_include_pad}, tmp_path, opset=19)
+
+
+# AveragePool's dilations (opset 19) are a depthwise convolution of 1 / window
+AVG_DILATION_CASES = {
+    "2d": ((1, 3, 9, 8), {"kernel_shape": [3, 3], "dilations": [2, 2]}),
+    "2d_pads_s2": (
+        (1, 2, 9, 9),
+        {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [1, 1, 2, 0]},
+    ),
+    "2d_ceil": ((1, 2, 10, 9), {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [3, 3], "ceil_mode": 1}),
+    "1d": ((1, 2, 11), {"kernel_shape": [3], "dilations": [3], "pads": [2, 2]}),
+    "3d": ((1, 2, 6, 7, 6), {"kernel_shape": [2, 2, 2], "dilations": [2, 2, 2], "pads": [1, 0, 1, 1, 1, 0]}),
+}
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("name", list(AVG_DILATION_CASES))
+def test_average_pool_dilations(name, count_include_pad, tmp_path):
+    shape, attrs = AVG_DILATION_CASES[name]
+    check_op("AveragePool", [x(*shape)], attrs | {"count_include_pad": count_include_pad}, tmp_path, opset=19)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int8, np.uint8])
+def test_max_pool_dtypes(dtype, tmp_path):
+    data = rand(1, 2, 7, 7, low=-100, high=100).astype(dtype) if dtype not in (np.float16, np.float64) else None
+    data = rand(1, 2, 7, 7, dtype=dtype) if data is None else data
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0]}
+    check_op("MaxPool", [x(data=data)], attrs, tmp_path, opset=12)
+
+
+@pytest.mark.parametrize("pads", [[1, 1, 1, 1], [0, 1, 1, 0]], ids=["layer", "explicit_pad"])
+def test_average_pool_float16(pads, tmp_path):
+    """(onnxruntime has no float64 AveragePool)"""
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": pads, "ceil_mode": 1}
+    check_op("AveragePool", [x(data=rand(1, 2, 7, 8, dtype=np.float16))], attrs, tmp_path, rel_tol=1e-3)
+
+
+LP_CASES = {
+    "2d_k3": ((1, 2, 7, 8), {"kernel_shape": [3, 3]}),
+    "2d_s2_pads": ((1, 2, 7, 8), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1]}),
+    "2d_same_upper": ((1, 2, 7, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    "2d_ceil": ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "2d_dilations": ((1, 2, 9, 9), {"kernel_shape": [2, 2], "dilations": [2, 3]}),
+    "1d": ((1, 3, 9), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    "3d": ((1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3], "strides": [2, 1, 2]}),
+}
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("name", list(LP_CASES))
+def test_lp_pool(name, p, tmp_path):
+    shape, attrs = LP_CASES[name]
+    check_op("LpPool", [x(*shape)], attrs | {"p": p}, tmp_path, opset=18, rel_tol=2e-5)
+
+
+def test_lp_pool_opset11(tmp_path):
+    check_op("LpPool", [x(1, 2, 6, 6)], {"kernel_shape": [2, 2], "strides": [2, 2]}, tmp_path, opset=11)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 4), (2, 3, 7), (1, 2, 3, 4, 5)], ids=["2d", "1d", "3d"])
+def test_global_lp_pool(shape, p, tmp_path):
+    check_op("GlobalLpPool", [x(*shape)], {"p": p}, tmp_path, rel_tol=2e-5)
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 4), (2, 3, 7), (1, 2, 3, 4, 5)], ids=["2d", "1d", "3d"])
 def test_global_pool(op, shape, tmp_path):
     check_op(op, [x(*shape)], {}, tmp_path)
+
+
+def _max_pool_indices(data: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-overlapping k x k max pooling with ONNX's flat indices (batch and channel included)."""
+    n, c, h, w = data.shape
+    blocks = data.reshape(n, c, h // k, k, w // k, k).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // k, w // k, k * k)
+    arg = blocks.argmax(-1)
+    rows = np.arange(h // k)[:, None] * k + arg // k
+    cols = np.arange(w // k)[None, :] * k + arg % k
+    flat = ((np.arange(n)[:, None, None, None] * c + np.arange(c)[None, :, None, None]) * h + rows) * w + cols
+    return blocks.max(-1), flat.astype(np.int64)
+
+
+@pytest.mark.parametrize("output_shape", [None, (2, 3, 7, 9)], ids=["default", "output_shape"])
+@pytest.mark.parametrize("indices", ["const", "input"])
+def test_max_unpool(indices, output_shape, tmp_path):
+    pooled, flat = _max_pool_indices(rand(2, 3, 6, 8), 2)
+    inputs = [x(data=pooled), const(flat) if indices == "const" else x(data=flat)]
+    if output_shape:
+        inputs.append(const(np.array(output_shape, np.int64)))
+    check_op("MaxUnpool", inputs, {"kernel_shape": [2, 2], "strides": [2, 2]}, tmp_path, opset=11)
+
+
+def test_max_unpool_1d(tmp_path):
+    data = rand(1, 2, 4)
+    flat = np.array([[[0, 3, 5, 6], [9, 10, 12, 15]]], np.int64)
+    check_op("MaxUnpool", [x(data=data), const(flat)], {"kernel_shape": [2], "strides": [2]}, tmp_path, opset=11)
