@@ -212,3 +212,88 @@ def test_max_unpool_1d(tmp_path):
     data = rand(1, 2, 4)
     flat = np.array([[[0, 3, 5, 6], [9, 10, 12, 15]]], np.int64)
     check_op("MaxUnpool", [x(data=data), const(flat)], {"kernel_shape": [2], "strides": [2]}, tmp_path, opset=11)
+
+
+# --- RoiAlign (ops.ROIAlign) ---
+
+ROIS = np.array(
+    [[0.0, 0.0, 9.0, 9.0], [1.0, 2.5, 7.3, 6.1], [2.0, 1.0, 11.5, 13.0], [3.2, 4.7, 5.9, 7.2], [-2.0, -1.0, 4.0, 3.0]],
+    np.float32,
+)
+BATCH_INDICES = np.array([0, 1, 0, 1, 1], np.int64)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"output_height": 3, "output_width": 2, "sampling_ratio": 2},
+        {"output_height": 2, "output_width": 4, "sampling_ratio": 1, "spatial_scale": 0.5},
+        {"output_height": 5, "output_width": 5, "sampling_ratio": 3, "spatial_scale": 0.75},
+    ],
+    ids=["scale1", "scale0.5", "5x5"],
+)
+@pytest.mark.parametrize("transform", ["output_half_pixel", "half_pixel"])
+def test_roi_align(attrs, transform, tmp_path):
+    inputs = [x(2, 3, 12, 11), x(data=ROIS), x(data=BATCH_INDICES)]
+    check_op("RoiAlign", inputs, attrs | {"coordinate_transformation_mode": transform}, tmp_path, opset=16)
+
+
+def test_roi_align_const_rois_opset10(tmp_path):
+    """Opset 10 has no coordinate_transformation_mode: it samples as output_half_pixel."""
+    inputs = [x(2, 3, 12, 11), const(ROIS), const(BATCH_INDICES)]
+    check_op("RoiAlign", inputs, {"output_height": 2, "output_width": 2, "sampling_ratio": 2}, tmp_path, opset=10)
+
+
+@pytest.mark.xfail(strict=True, reason="ops.ROIAlign widens a RoI narrower than one feature cell to one cell")
+def test_roi_align_half_pixel_tiny_roi(tmp_path):
+    rois = np.array([[2.0, 3.0, 2.4, 3.5]], np.float32)
+    inputs = [x(1, 2, 8, 8), x(data=rois), x(data=np.zeros(1, np.int64))]
+    check_op("RoiAlign", inputs, {"output_height": 2, "output_width": 2, "sampling_ratio": 2}, tmp_path, opset=16)
+
+
+@pytest.mark.parametrize(
+    "attrs, match",
+    [({"mode": "max", "sampling_ratio": 2}, "mode='max'"), ({}, "sampling_ratio=0")],
+    ids=["max", "adaptive_sampling"],
+)
+def test_roi_align_refused(attrs, match):
+    check_unsupported("RoiAlign", [x(2, 3, 12, 11), x(data=ROIS), x(data=BATCH_INDICES)], attrs, match, opset=16)
+
+
+def test_max_roi_pool_refused():
+    rois = np.array([[0, 1.0, 1.0, 5.0, 6.0]], np.float32)
+    check_unsupported("MaxRoiPool", [x(1, 2, 8, 8), x(data=rois)], {"pooled_shape": [2, 2]}, "refused")
+
+
+# --- Col2Im (ops.fold) ---
+
+COL2IM_CASES = {
+    "basic": ((5, 5), (2, 2), {}),
+    "strides": ((7, 9), (3, 3), {"strides": [2, 2]}),
+    "pads": ((5, 6), (3, 3), {"pads": [1, 1, 1, 1]}),
+    "asym_pads": ((5, 6), (3, 2), {"pads": [0, 1, 2, 1], "strides": [1, 2]}),
+    "dilations": ((7, 8), (2, 3), {"dilations": [2, 2]}),
+}
+
+
+def _blocks(image, block, attrs) -> int:
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    counts = [
+        (i + pads[a] + pads[a + 2] - (k - 1) * d - 1) // s + 1
+        for a, (i, k, s, d) in enumerate(zip(image, block, strides, dilations))
+    ]
+    return counts[0] * counts[1]
+
+
+@pytest.mark.parametrize("name", list(COL2IM_CASES))
+def test_col2im(name, tmp_path):
+    image, block, attrs = COL2IM_CASES[name]
+    data = x(2, 3 * block[0] * block[1], _blocks(image, block, attrs))
+    inputs = [data, const(np.array(image, np.int64)), const(np.array(block, np.int64))]
+    check_op("Col2Im", inputs, attrs, tmp_path, opset=18)
+
+
+def test_col2im_3d_refused():
+    inputs = [x(1, 8, 8), const(np.array([3, 3, 3], np.int64)), const(np.array([2, 2, 2], np.int64))]
+    check_unsupported("Col2Im", inputs, {}, "3-D images", opset=18)

@@ -21,6 +21,11 @@ MindSpore's average pools take no dilation: a dilated AveragePool (opset 19) is 
 ``nn.Conv{1,2,3}d`` whose weights are ``1 / window``, over the same explicit padding and with the
 same divisor correction. LpPool is ``(sum over the window of |x|^p)^(1/p)``: the window sum is
 the average pool above (padding counted) times the window size.
+
+RoiAlign is ``ops.ROIAlign`` with ``roi_end_mode=0``, which samples exactly as ONNX's
+``output_half_pixel`` (PyTorch's ``aligned=False``) for a fixed ``sampling_ratio``; its RoIs are
+``(batch index, x1, y1, x2, y2)`` rows, so ``batch_indices`` is concatenated in front. Col2Im is
+``ops.fold``, onto the padded image and then cropped when the pads differ at the two ends.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import math
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype
+from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype, refuse
 
 _POOL = {"max": "nn.MaxPool{}d", "avg": "nn.AvgPool{}d", "conv": "nn.Conv{}d"}
 
@@ -237,3 +242,90 @@ def max_unpool(em, *, kernel_shape, pads=None, strides=None):
     flat = f"ops.zeros(({total},), {ms_dtype(em.dtype(0))})"
     scatter = f"ops.tensor_scatter_elements({flat}, ops.reshape({em.x(1)}, (-1,)), ops.reshape({em.x(0)}, (-1,)))"
     return f"ops.reshape({scatter}, {em.out_shape_code()})"
+
+
+def _roi_align(em, mode, output_height, output_width, sampling_ratio, spatial_scale, half_pixel: bool) -> str:
+    if mode != "avg":
+        raise Unsupported(f"mode={mode!r} not supported (ops.ROIAlign averages its samples)")
+    if sampling_ratio <= 0:
+        raise Unsupported(
+            f"sampling_ratio={sampling_ratio} not supported (adaptive: the sample count depends on the RoI)"
+        )
+    if em.rank(0) != 4:
+        raise Unsupported(f"input rank {em.rank(0)} not supported (N, C, H, W)")
+    scale = float(np.float32(spatial_scale))
+    dtype = ms_dtype(em.dtype(1))
+    rois = em.x(1)
+    if half_pixel:  # ops.ROIAlign samples RoIs as output_half_pixel does; shift them by half a feature cell
+        rois = f"{rois} - {literal(0.5 / scale)}"
+    rois5 = (
+        f"ops.concat((ops.expand_dims(ops.cast({em.x(2)}, {dtype}), 1), {rois}), 1)"  # (batch index, x1, y1, x2, y2)
+    )
+    layer = em.layer(
+        "ops.ROIAlign", int(output_height), int(output_width), scale, sample_num=int(sampling_ratio), roi_end_mode=0
+    )
+    return f"{layer}({em.x(0)}, {rois5})"
+
+
+@converter("RoiAlign", since=10)
+def roi_align_10(em, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
+    """RoiAlign(X, rois, batch_indices) -> Y   attrs: mode, output_height/_width, sampling_ratio, spatial_scale"""
+    return _roi_align(em, mode, output_height, output_width, sampling_ratio, spatial_scale, half_pixel=False)
+
+
+@converter("RoiAlign", since=16)
+def roi_align(
+    em,
+    *,
+    coordinate_transformation_mode="half_pixel",
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
+):
+    """RoiAlign(X, rois, batch_indices) -> Y   attrs: as opset 10, coordinate_transformation_mode
+
+    ``half_pixel`` (PyTorch's ``aligned=True``) is ``output_half_pixel`` over RoIs shifted by half a
+    cell, except that ``ops.ROIAlign`` widens a RoI narrower than one feature cell to one cell.
+    """
+    if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
+        raise Unsupported(f"coordinate_transformation_mode={coordinate_transformation_mode!r} not supported")
+    half_pixel = coordinate_transformation_mode == "half_pixel"
+    return _roi_align(em, mode, output_height, output_width, sampling_ratio, spatial_scale, half_pixel)
+
+
+@converter("Col2Im", since=18)
+def col2im(em, *, dilations=None, pads=None, strides=None):
+    """Col2Im(input, image_shape, block_shape) -> output   attrs: dilations, pads, strides; 2-D images, as ops.fold"""
+    image = [int(v) for v in em.require_const(1, "image_shape")]
+    block = [int(v) for v in em.require_const(2, "block_shape")]
+    if len(image) != 2:
+        raise Unsupported(f"{len(image)}-D images not supported (ops.fold folds 2-D images)")
+    dilations = [int(d) for d in (dilations or [1, 1])]
+    strides = [int(s) for s in (strides or [1, 1])]
+    pads = [int(p) for p in (pads or [0, 0, 0, 0])]
+    begins, ends = pads[:2], pads[2:]
+    kw = {}
+    if any(d != 1 for d in dilations):
+        kw["dilation"] = _squash(dilations)
+    if begins == ends:
+        if any(begins):
+            kw["padding"] = _squash(begins)
+        size = image
+    else:  # ops.fold pads both ends alike: fold onto the padded image, then cut the pads off
+        size = [i + b + e for i, b, e in zip(image, begins, ends)]
+    if any(s != 1 for s in strides):
+        kw["stride"] = _squash(strides)
+    args = "".join(f", {k}={literal(v)}" for k, v in kw.items())
+    expr = f"ops.fold({em.x(0)}, ms.Tensor({tuple(size)!r}, ms.int32), {_squash(block)!r}{args})"
+    if begins != ends:
+        crop = ", ".join(f"{b}:{b + i}" for b, i in zip(begins, image))
+        expr = f"{expr}[:, :, {crop}]"
+    return expr
+
+
+refuse(
+    "MaxRoiPool",
+    reason="MindSpore 2.10 has no RoI max pooling (no ops.ROIPooling); its bins depend on the RoI values",
+)
