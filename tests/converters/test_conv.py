@@ -206,3 +206,72 @@ def test_conv_bn_folded_without_fusion(bias, tmp_path):
     source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5, expect_nodes=["Conv"])
     assert fired == {"fold_batchnorm": 1}
     assert "nn.Conv2d(" in source and "BatchNorm" not in source.split('"""', 2)[2]
+
+
+# --- ConvInteger (float32, exact within the checked bound) ---
+
+
+def _int_data(shape, dtype, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+CONV_INTEGER_CASES = {
+    "2d": ((1, 3, 7, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "2d_s2_asym": ((1, 2, 9, 8), (3, 2, 3, 2), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),
+    "2d_group": ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2}),
+    "1d": ((2, 3, 11), (4, 3, 3), {"pads": [2, 0]}),
+    "3d": ((1, 2, 4, 5, 5), (3, 2, 2, 3, 3), {"dilations": [1, 2, 1]}),
+}
+
+
+@pytest.mark.parametrize("zero_points", ["none", "x", "x_w"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=["uint8", "int8"])
+@pytest.mark.parametrize("name", list(CONV_INTEGER_CASES))
+def test_conv_integer(name, dtype, zero_points, tmp_path):
+    x_shape, w_shape, attrs = CONV_INTEGER_CASES[name]
+    inputs = [x(data=_int_data(x_shape, dtype, 1)), const(_int_data(w_shape, dtype, 2))]
+    if zero_points != "none":
+        inputs.append(const(np.array(37, dtype)))
+    if zero_points == "x_w":
+        inputs.append(const(np.array(200 if dtype == np.uint8 else -57, dtype)))
+    check_op("ConvInteger", inputs, attrs, tmp_path, opset=10)
+
+
+def test_conv_integer_inexact_refused():
+    """1024 input channels of 255 * 255: partial sums past 2^24 would round in float32."""
+    inputs = [x(data=_int_data((1, 1024, 3, 3), np.uint8, 1)), const(np.full((1, 1024, 1, 1), 255, np.uint8))]
+    check_unsupported("ConvInteger", inputs, {}, "2^24", opset=10)
+
+
+# --- DeformConv (ops.deformable_conv2d) ---
+
+DEFORM_CASES = {
+    "k3_pad1": ((1, 4, 6, 7), (3, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "k3x2_offset_group2": ((1, 4, 6, 7), (3, 4, 3, 2), {"pads": [1, 1, 1, 1], "offset_group": 2}),
+    "s2_asym_pads": ((2, 3, 7, 8), (2, 3, 3, 3), {"pads": [0, 1, 2, 1], "strides": [2, 2]}),
+    "dil2_group2": ((1, 4, 8, 8), (4, 2, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 2}),
+}
+
+
+@pytest.mark.parametrize("extras", ["none", "bias", "mask", "bias_mask"])
+@pytest.mark.parametrize("name", list(DEFORM_CASES))
+def test_deform_conv(name, extras, tmp_path):
+    x_shape, w_shape, attrs = DEFORM_CASES[name]
+    model_out = _deform_out(x_shape, w_shape, attrs)
+    taps = attrs.get("offset_group", 1) * w_shape[2] * w_shape[3]
+    offset = rand(x_shape[0], 2 * taps, *model_out, seed=3, low=-1.5, high=1.5)
+    inputs = [x(*x_shape), const(rand(*w_shape, seed=1, low=-0.5, high=0.5)), x(data=offset)]
+    inputs.append(const(rand(w_shape[0], seed=2)) if "bias" in extras else None)
+    if "mask" in extras:
+        inputs.append(x(data=rand(x_shape[0], taps, *model_out, seed=4, low=0.0, high=1.0)))
+    check_op("DeformConv", inputs, attrs, tmp_path, opset=19)
+
+
+def _deform_out(x_shape, w_shape, attrs):
+    pads, strides = attrs.get("pads", [0] * 4), attrs.get("strides", [1, 1])
+    dilations = attrs.get("dilations", [1, 1])
+    return tuple(
+        (x_shape[2 + a] + pads[a] + pads[a + 2] - (w_shape[2 + a] - 1) * dilations[a] - 1) // strides[a] + 1
+        for a in range(2)
+    )
