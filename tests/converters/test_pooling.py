@@ -73,8 +73,33 @@ def test_max_pool_opset11(tmp_path):
     )
 
 
-def test_max_pool_indices_refused():
-    check_unsupported("MaxPool", [x(1, 2, 4, 4)], {"kernel_shape": [2, 2]}, "Indices", n_outputs=2)
+INDICES_CASES = {
+    "2d_k2s2": ((2, 3, 6, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "2d_k3s2p1_ceil": ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "2d_dil2": ((1, 2, 9, 9), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1]}),
+    "2d_k1_one_plane": ((1, 1, 4, 5), {"kernel_shape": [1, 1]}),
+    "1d": ((2, 2, 9), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    "3d": ((1, 2, 5, 6, 7), {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
+}
+
+
+@pytest.mark.parametrize("name", list(INDICES_CASES))
+def test_max_pool_indices(name, tmp_path):
+    """The Indices output counts through the whole tensor (batch and channel included)."""
+    shape, attrs = INDICES_CASES[name]
+    check_op("MaxPool", [x(*shape)], attrs, tmp_path, n_outputs=2)
+
+
+@pytest.mark.parametrize(
+    "attrs, match",
+    [
+        ({"kernel_shape": [3, 3], "pads": [0, 1, 1, 0]}, "Indices"),
+        ({"kernel_shape": [2, 2], "storage_order": 1}, "storage_order=1"),
+    ],
+    ids=["asym_pads", "column_major"],
+)
+def test_max_pool_indices_refused(attrs, match):
+    check_unsupported("MaxPool", [x(1, 2, 6, 6)], attrs, match, n_outputs=2)
 
 
 def test_pool_empty_output_refused():

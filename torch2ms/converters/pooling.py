@@ -141,15 +141,23 @@ def _layer_kwargs(win: Window, pads=True, ceil_mode=0) -> dict:
 def max_pool(
     em, *, kernel_shape, auto_pad="NOTSET", ceil_mode=0, dilations=None, pads=None, storage_order=0, strides=None
 ):
-    """MaxPool(X) -> Y, Indices?   attrs: kernel_shape, strides, pads, auto_pad, ceil_mode, dilations; 1-D to 3-D"""
-    if em.n_outputs() > 1:
-        raise Unsupported("the Indices output is not supported")
+    """MaxPool(X) -> Y, Indices?   attrs: kernel_shape, strides, pads, auto_pad, ceil_mode, dilations, storage_order"""
     win = Window(em, kernel_shape, strides, pads, dilations, auto_pad)
     native = win.native(ceil_mode)
+    indices = em.n_outputs() > 1
+    if indices and not native:
+        raise Unsupported(
+            "the Indices output with pads a MindSpore pooling layer cannot take (unequal, over half a kernel)"
+        )
+    if indices and storage_order:
+        raise Unsupported("storage_order=1 (column-major Indices) not supported")
     kw = _layer_kwargs(win, pads=native, ceil_mode=ceil_mode)
+    if any(d != 1 for d in win.dilations) or indices:
+        kw["pad_mode"] = "pad"  # MindSpore takes dilation and return_indices with pad_mode='pad' only
     if any(d != 1 for d in win.dilations):
-        kw["pad_mode"] = "pad"  # MindSpore takes dilation with pad_mode='pad' only
         kw["dilation"] = _squash(win.dilations)
+    if indices:
+        kw["return_indices"] = True
     layer = em.layer(_POOL["max"].format(win.n), **kw)
     x = em.x(0)
     integer = em.dtype(0).kind in "iu"
@@ -158,7 +166,21 @@ def max_pool(
     if not native:
         x = win.pad(x, ', value=float("-inf")')
     y = f"{layer}({x})"
-    return f"ops.cast({y}, {ms_dtype(em.dtype(0))})" if integer else y
+    if not indices:
+        return f"ops.cast({y}, {ms_dtype(em.dtype(0))})" if integer else y
+    values = f"ops.cast({y}[0], {ms_dtype(em.dtype(0))})" if integer else f"{y}[0]"
+    return f"{values}, {_flat_indices(em, f'{y}[1]')}"
+
+
+def _flat_indices(em, plane_index: str) -> str:
+    """ONNX's Indices count through the whole tensor; MindSpore's (like PyTorch's) inside each
+    (n, c) plane: add each plane's offset."""
+    n, c, *spatial = (int(d) for d in em.shape(0))
+    plane = int(np.prod(spatial))
+    offsets = (np.arange(n * c, dtype=np.int64) * plane).reshape(n, c, *[1] * len(spatial))
+    if n * c == 1:
+        return plane_index
+    return f"{plane_index} + {em.tensor(offsets, (em.layer_name or 'pool') + '_index_offset')}"
 
 
 def _window_mean(em, win: Window, x: str, channels: int) -> str:
