@@ -275,3 +275,12 @@ def _deform_out(x_shape, w_shape, attrs):
         (x_shape[2 + a] + pads[a] + pads[a + 2] - (w_shape[2 + a] - 1) * dilations[a] - 1) // strides[a] + 1
         for a in range(2)
     )
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 9), (1, 3, 7, 8), (1, 3, 4, 5, 6)], ids=["1d", "2d", "3d"])
+def test_conv_float16(shape, tmp_path):
+    """float16 runs as float32 between casts (onnxruntime has no float64 Conv)."""
+    w = rand(4, 3, *[3] * (len(shape) - 2), seed=1, low=-0.5, high=0.5, dtype=np.float16)
+    pads = [1] * (2 * (len(shape) - 2))
+    inputs = [x(data=rand(*shape, dtype=np.float16)), const(w), const(rand(4, seed=2, dtype=np.float16))]
+    check_op("Conv", inputs, {"pads": pads}, tmp_path, rel_tol=2e-3)

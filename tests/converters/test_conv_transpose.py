@@ -3,6 +3,7 @@ output_padding, output_shape, groups, dilations, auto_pad and asymmetric pads, o
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from converters.helpers import check_op, check_unsupported, const, rand, x
 
@@ -93,3 +94,13 @@ def test_conv_transpose_opset11(tmp_path):
 
 def test_conv_transpose_dynamic_weight_refused():
     check_unsupported("ConvTranspose", [x(1, 3, 4, 4), x(3, 2, 3, 3)], {}, "weight")
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5), (1, 3, 5, 6)], ids=["1d_as_2d", "2d"])
+def test_conv_transpose_float16(shape, tmp_path):
+    """float16 runs as float32 between casts (onnxruntime has no float64 ConvTranspose)."""
+    n = len(shape) - 2
+    w = rand(3, 2, *[3] * n, seed=1, low=-0.5, high=0.5, dtype=np.float16)
+    inputs = [x(data=rand(*shape, dtype=np.float16)), const(w), const(rand(2, seed=2, dtype=np.float16))]
+    attrs = {"strides": [2] * n, "pads": [1] * (2 * n), "output_padding": [1] * n}
+    check_op("ConvTranspose", inputs, attrs, tmp_path, rel_tol=2e-3)

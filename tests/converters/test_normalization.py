@@ -194,3 +194,19 @@ def test_mean_variance_normalization(axes, tmp_path):
 )
 def test_lrn(shape, attrs, tmp_path):
     check_op("LRN", [x(*shape)], attrs, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "op, attrs, dtype",
+    [
+        ("LpNormalization", {"p": 1}, np.float16),
+        ("LpNormalization", {"p": 2}, np.float64),
+        ("MeanVarianceNormalization", {}, np.float16),
+        ("LRN", {"size": 3}, np.float16),
+    ],
+    ids=["lp1_float16", "lp2_float64", "mvn_float16", "lrn_float16"],
+)
+def test_normalization_dtypes(op, attrs, dtype, tmp_path):
+    """(onnxruntime has no float64 MeanVarianceNormalization or LRN)"""
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    check_op(op, [x(data=rand(2, 3, 5, 6, dtype=dtype))], attrs, tmp_path, rel_tol=tol)

@@ -7,7 +7,8 @@ MindSpore's ``padding`` 4-tuple is ``(top, bottom, left, right)``, ``nn.Conv3d``
 ``(head, tail, top, bottom, left, right)``. ``nn.Conv1d`` pads both ends alike, so unequal 1-D
 pads become an ``ops.pad`` first. We always write ``pad_mode`` explicitly: MindSpore's default
 ``'same'`` pads like TensorFlow (extra pad at the end), not like PyTorch; ONNX's ``auto_pad=SAME_*``
-is computed here into explicit pads.
+is computed here into explicit pads. A float16 convolution runs as float32 (weights stored in
+float32) between two casts.
 """
 
 from __future__ import annotations
@@ -126,7 +127,12 @@ def conv(em, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, p
     """Conv(X, W, B?) -> Y   attrs: auto_pad, dilations, group, kernel_shape, pads, strides; 1-D, 2-D, 3-D"""
     w = em.require_const(1, "weight")
     bias = em.require_const(2, "bias") if em.has_input(2) else None
-    return _conv(em, em.x(0), w, bias, kernel_shape, strides, dilations, pads, auto_pad, group)
+    geometry = (kernel_shape, strides, dilations, pads, auto_pad, group)
+    if em.dtype(0) == np.float16:  # computed in float32 by a float32 layer, then cast back
+        bias = None if bias is None else bias.astype(np.float32)
+        y = _conv(em, f"ops.cast({em.x(0)}, ms.float32)", w.astype(np.float32), bias, *geometry)
+        return f"ops.cast({y}, ms.float16)"
+    return _conv(em, em.x(0), w, bias, *geometry)
 
 
 @converter("ConvInteger", since=10)

@@ -15,7 +15,8 @@ F - pad_begin - out)`` (asymmetric padding crops exactly), and only where ``out`
 ``F`` is the rest an ``output_padding`` (bias then added outside the 2-D layer).
 ``nn.Conv3dTranspose`` pads correctly itself but refuses a dilation along depth: that dilation is
 written into the weights (zeros between the taps). ``nn.Conv1dTranspose`` pads both ends alike;
-any other 1-D case runs as ``nn.Conv2dTranspose`` over a height-1 image.
+any other 1-D case runs as ``nn.Conv2dTranspose`` over a height-1 image. A float16 transposed
+convolution runs as float32 (weights stored in float32) between two casts.
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ def conv_transpose(
     if n == 3 and dilations[0] != 1:  # nn.Conv3dTranspose takes no dilation along depth
         w, kernel[0], dilations[0] = _dilate_depth(w, dilations[0]), (kernel[0] - 1) * dilations[0] + 1, 1
     x = em.x(0)
+    half = em.dtype(0) == np.float16  # computed in float32 by a float32 layer, then cast back
+    if half:
+        x, w, bias = (
+            f"ops.cast({x}, ms.float32)",
+            w.astype(np.float32),
+            None if bias is None else bias.astype(np.float32),
+        )
     as_2d = n == 1 and (begins[0] != ends[0] or extra[0])  # nn.Conv1dTranspose: equal pads, no output_padding
     if as_2d:
         kernel, strides, dilations = ([1] + v for v in (kernel, strides, dilations))
@@ -122,4 +130,6 @@ def conv_transpose(
     expr = f"{layer}({x})"
     if bias_outside:
         expr = f"{expr} + {em.tensor(bias.reshape(-1, 1, 1), (em.layer_name or 'deconv') + '_bias')}"
-    return f"ops.squeeze({expr}, 2)" if as_2d else expr
+    if as_2d:
+        expr = f"ops.squeeze({expr}, 2)"
+    return f"ops.cast({expr}, ms.float16)" if half else expr

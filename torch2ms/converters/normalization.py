@@ -126,8 +126,11 @@ def rms_normalization(em, *, axis=-1, epsilon=1e-5, stash_type=1):
 @converter("LpNormalization", since=1)
 def lp_normalization(em, *, axis=-1, p=2):
     """LpNormalization(input) -> output   attrs: axis, p (1 or 2)"""
-    x = em.x(0)
-    norm = f"ops.norm({x}, {p}, dim={axis % em.rank(0)}, keepdim=True)"
+    x, dim = em.x(0), axis % em.rank(0)
+    if p == 1:
+        norm = f"ops.sum(ops.abs({x}), dim={dim}, keepdim=True)"
+    else:  # ops.norm has no float64 kernel
+        norm = f"ops.sqrt(ops.sum(ops.square({x}), dim={dim}, keepdim=True))"
     return f"{x} / ops.clamp({norm}, min={_TINY!r})"  # a zero vector stays zero
 
 
