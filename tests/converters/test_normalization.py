@@ -60,6 +60,14 @@ def test_layer_normalization(shape, axis, bias, epsilon, tmp_path):
     check_op("LayerNormalization", inputs, attrs, tmp_path)
 
 
+@pytest.mark.parametrize("n_outputs", [2, 3])
+@pytest.mark.parametrize("shape, axis", [((2, 5, 8), -1), ((2, 3, 4, 6), 1), ((3, 7), 0)])
+def test_layer_normalization_statistics(shape, axis, n_outputs, tmp_path):
+    """The Mean and InvStdDev outputs."""
+    inputs = [x(*shape), const(rand(*shape[axis:], seed=1, low=0.5, high=1.5)), const(rand(*shape[axis:], seed=2))]
+    check_op("LayerNormalization", inputs, {"axis": axis, "epsilon": 1e-3}, tmp_path, n_outputs=n_outputs)
+
+
 AXES = {"spatial": [2, 3], "channel": [1], "negative": [-1], "all": None, "mixed": [0, -1]}
 
 

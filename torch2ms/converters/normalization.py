@@ -61,7 +61,7 @@ def batch_normalization(
 
 @converter("LayerNormalization", since=17)
 def layer_normalization(em, *, axis=-1, epsilon=1e-5, stash_type=1):
-    """LayerNormalization(X, Scale, B?) -> Y   attrs: axis, epsilon, stash_type"""
+    """LayerNormalization(X, Scale, B?) -> Y, Mean?, InvStdDev?   attrs: axis, epsilon, stash_type"""
     rank = em.rank(0)
     axis = axis % rank
     normalized = tuple(int(d) for d in em.shape(0)[axis:])
@@ -74,7 +74,16 @@ def layer_normalization(em, *, axis=-1, epsilon=1e-5, stash_type=1):
     layer = em.layer(
         "nn.LayerNorm", normalized, begin_norm_axis=axis, begin_params_axis=axis, epsilon=float(epsilon), params=params
     )
-    return f"{layer}({em.x(0)})"
+    x = em.x(0)
+    if len(em.node.outputs) == 1:
+        return f"{layer}({x})"
+    # The statistics outputs, over the normalized axes, kept
+    axes = tuple(range(axis, rank))
+    stats = [
+        f"ops.mean({x}, axis={axes!r}, keep_dims=True)",
+        f"ops.rsqrt(ops.var({x}, axis={axes!r}, keepdims=True) + {literal(float(epsilon))})",
+    ]
+    return ", ".join([f"{layer}({x})"] + stats[: len(em.node.outputs) - 1])
 
 
 def _group_norm(em, groups: int, gamma: np.ndarray, beta: np.ndarray, epsilon: float) -> str:
