@@ -324,11 +324,11 @@ def test_col2im_3d_refused():
     check_unsupported("Col2Im", inputs, {}, "3-D images", opset=18)
 
 
-@pytest.mark.parametrize("op", ["LpPool", "GlobalLpPool", "MaxUnpool"])
+@pytest.mark.parametrize("op", ["LpPool", "GlobalLpPool", "MaxUnpool", "AveragePool"])
 def test_pool_float16(op, tmp_path):
-    """(onnxruntime has no float64 LpPool, GlobalLpPool or MaxUnpool)"""
+    """(onnxruntime has no float64 LpPool, GlobalLpPool or MaxUnpool); pools with dilations."""
     inputs = [x(data=rand(1, 3, 6, 6, dtype=np.float16))]
-    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]} | ({"dilations": [2, 2]} if op != "MaxUnpool" else {})
     if op == "MaxUnpool":
         inputs.append(const(_max_pool_indices(rand(1, 3, 12, 12), 2)[1]))
-    check_op(op, inputs, {} if op == "GlobalLpPool" else attrs, tmp_path, rel_tol=2e-3)
+    check_op(op, inputs, {} if op == "GlobalLpPool" else attrs, tmp_path, rel_tol=2e-3, opset=19)

@@ -194,7 +194,9 @@ def _window_mean(em, win: Window, x: str, channels: int) -> str:
     kw = _layer_kwargs(win, pads=False) | {"pad_mode": "valid", "dilation": _squash(win.dilations), "group": channels}
     kernel = kw.pop("kernel_size")
     layer = em.layer(_POOL["conv"].format(win.n), channels, channels, kernel, params={"weight": weight}, **kw)
-    return f"{layer}({win.pad(x)})"
+    if em.dtype(0) == np.float32:
+        return f"{layer}({win.pad(x)})"
+    return f"ops.cast({layer}(ops.cast({win.pad(x)}, ms.float32)), {ms_dtype(em.dtype(0))})"  # a float32 layer
 
 
 @converter("AveragePool", since=1)
