@@ -149,6 +149,13 @@ def test_range(start, limit, delta, tmp_path):
     check_unfolded("Range", [const(start), const(limit), const(delta)], {}, tmp_path, opset=11)
 
 
+@pytest.mark.parametrize("stash_type", [0, 1])
+def test_range_float16_stash_type(stash_type, tmp_path):
+    """Opset 27: float16 bounds computed in float32 (stash_type=1) or float16."""
+    inputs = [const(np.float16(1.0)), const(np.float16(9.0)), const(np.float16(0.7))]
+    check_unfolded("Range", inputs, {"stash_type": stash_type}, tmp_path, opset=27)
+
+
 def test_range_runtime_bound_refused():
     inputs = [const(np.float32(0)), x(data=np.array(5.0, np.float32)), const(np.float32(1))]
     check_unsupported("Range", inputs, {}, "limit (input 1) must be a constant", opset=11)

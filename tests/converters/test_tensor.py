@@ -20,6 +20,14 @@ def test_concat(n, axis, tmp_path):
     assert ",)" not in src.split("def construct")[1] or n == 1  # no trailing comma in a tuple of 2+
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.bool_, np.uint8])
+def test_concat_split_tile_dtypes(dtype, tmp_path):
+    values = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+    check_op("Concat", [x(data=values), x(data=values[:1])], {"axis": 0}, tmp_path / "concat")
+    check_op("Split", [x(data=values), i64(1, 3)], {"axis": 1}, tmp_path / "split", n_outputs=2)
+    check_op("Tile", [x(data=values), i64(2, 1)], {}, tmp_path / "tile")
+
+
 def test_concat_with_constant(tmp_path):
     check_op("Concat", [x(2, 3), const(rand(2, 2, seed=3))], {"axis": 1}, tmp_path)
 

@@ -84,8 +84,8 @@ def constant_of_shape(em, *, value=None):
 
 
 @converter("Range", since=11)
-def range_(em):
-    """Range(start, limit, delta) -> output   (all three constants: the length depends on them)"""
+def range_(em, *, stash_type=1):
+    """Range(start, limit, delta) -> output   attrs: stash_type (opset 27; all three inputs constants)"""
     start, limit, delta = (em.require_const(i, name).reshape(()) for i, name in enumerate(("start", "limit", "delta")))
     dtype = MS_DTYPES.get(em.dtype(0).name)
     if dtype is None:
@@ -93,4 +93,6 @@ def range_(em):
     if np.ceil((limit - start) / delta) <= 0:
         return f"ops.zeros((0,), {dtype})"  # ops.arange refuses bounds in the wrong order
     args = ", ".join(literal(v.item()) for v in (start, limit, delta))
+    if stash_type == 1 and em.dtype(0).name in ("float16", "bfloat16"):
+        return f"ops.cast(ops.arange({args}, dtype=ms.float32), {dtype})"  # computed in float32, then rounded
     return f"ops.arange({args}, dtype={dtype})"
