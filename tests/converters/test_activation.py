@@ -8,16 +8,30 @@ from converters.helpers import check_op, check_unsupported, const, f32, rand, x
 
 from torch2ms.converters.activation import UNARY
 
-# Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal).
-_DOMAIN = {"Sqrt": (0.1, 4.0), "Log": (0.1, 4.0), "Reciprocal": (0.5, 3.0)}
+# Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal, inside
+# (-1, 1) for the inverse sine/cosine/tanh, past 1 for Acosh, away from Tan's poles).
+_DOMAIN = {
+    "Sqrt": (0.1, 4.0),
+    "Log": (0.1, 4.0),
+    "Reciprocal": (0.5, 3.0),
+    "Asin": (-0.99, 0.99),
+    "Acos": (-0.99, 0.99),
+    "Atanh": (-0.99, 0.99),
+    "Acosh": (1.0, 4.0),
+    "Tan": (-1.4, 1.4),
+}
 # MindSpore's CPU tanh is a fast approximation: measured 1.4e-5 off onnxruntime's.
 _TOL = {"Tanh": 5e-5}
+INTEGER_ONLY = {"BitwiseNot"}  # tested in test_elementwise.py
+# Other float dtypes, where onnxruntime has the kernel (measured at opset 22).
+_TRIG = ["Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"]
+_FLOAT_DTYPES = [(op, "float16") for op in _TRIG + ["Round"]] + [(op, "float64") for op in ["Sin", "Cos", "Round"]]
 
 
-@pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.parametrize("op", sorted(set(UNARY) - INTEGER_ONLY))
 def test_unary(op, tmp_path):
     low, high = _DOMAIN.get(op, (-4.0, 4.0))
-    opset = 14 if op == "HardSwish" else 17
+    opset = {"HardSwish": 14, "IsNaN": 20}.get(op, 17)
     check_op(
         op,
         [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=low, high=high))],
@@ -26,6 +40,20 @@ def test_unary(op, tmp_path):
         opset=opset,
         rel_tol=_TOL.get(op, 1e-5),
     )
+
+
+@pytest.mark.parametrize("op, dtype", _FLOAT_DTYPES)
+def test_unary_float_dtypes(op, dtype, tmp_path):
+    low, high = _DOMAIN.get(op, (-4.0, 4.0))
+    data = rand(3, 4, 5, low=low, high=high).astype(dtype)
+    check_op(op, [x(data=data)], {}, tmp_path, opset=22, rel_tol=2e-3 if dtype == "float16" else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_round_half_to_even(dtype, tmp_path):
+    """ONNX rounds halves to the even neighbour (2.5 -> 2, -1.5 -> -2), not away from zero."""
+    halves = np.array([[0.5, 1.5, 2.5, 3.5, -0.5, -1.5, -2.5, 0.49, -0.51, 1e3 + 0.5, 7.0, -0.0]], dtype)
+    check_op("Round", [x(data=halves)], {}, tmp_path, opset=11)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,27 @@ UNARY = {
     "Floor": "ops.floor",
     "Ceil": "ops.ceil",
     "Softplus": "ops.softplus",
+    "Sin": "ops.sin",
+    "Cos": "ops.cos",
+    "Tan": "ops.tan",
+    "Asin": "ops.asin",
+    "Acos": "ops.acos",
+    "Atan": "ops.atan",
+    "Sinh": "ops.sinh",
+    "Cosh": "ops.cosh",
+    "Asinh": "ops.asinh",
+    "Acosh": "ops.acosh",
+    "Atanh": "ops.atanh",
+    "Round": "ops.round",  # half to even, like ONNX
+    "IsNaN": "ops.isnan",
+    "BitwiseNot": "ops.invert",
+}
+# The opset each op appeared in, where it is not 1 (before 7, opsets are out of the loader's range).
+_SINCE = {
+    **dict.fromkeys(["Sin", "Cos", "Tan", "Asin", "Acos", "Atan"], 7),
+    **dict.fromkeys(["Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "IsNaN"], 9),
+    "Round": 11,
+    "BitwiseNot": 18,
 }
 
 
@@ -40,7 +61,7 @@ def _unary(op: str, fn: str):
 
 
 for _op, _fn in UNARY.items():
-    converter(_op, since=1)(_unary(_op, _fn))
+    converter(_op, since=_SINCE.get(_op, 1))(_unary(_op, _fn))
 
 
 _FLT_MAX = 3.4028234663852886e38
