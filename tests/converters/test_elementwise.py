@@ -179,6 +179,14 @@ def test_bitwise_not(dtype, tmp_path):
     check_op("BitwiseNot", [x(data=_ints(dtype, 3, 4))], {}, tmp_path, opset=18)
 
 
+@pytest.mark.parametrize("op", ["Sum", "Max", "Min"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_variadic(op, n, tmp_path):
+    """Sum/Max/Min take any number of inputs, broadcasting together."""
+    shapes = [(2, 3, 4), (3, 1), (4,), (1, 3, 4)][:n]
+    check_op(op, [x(*s) for s in shapes], {}, tmp_path)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_mean(n, tmp_path):
     """Mean takes any number of inputs, broadcasting together (onnxruntime: float32 only)."""
