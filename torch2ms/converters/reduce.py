@@ -87,7 +87,7 @@ def _reduce(op: str, r: Reduction):
         return _wrap(r.after, call)
 
     convert.__name__ = op
-    what = " ".join(filter(None, [r.before, r.fn, r.after and f"then {r.after}"]))
+    what = _wrap(r.after, f"{r.fn}({_wrap(r.before, 'data')})")
     convert.__doc__ = (
         f"{op}(data, axes?) -> reduced   attrs: axes (before the axes input), keepdims, noop_with_empty_axes; as {what}"
     )
