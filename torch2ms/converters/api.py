@@ -126,6 +126,7 @@ class Sink(Protocol):
     def const_expr(self, value: Value) -> str: ...
     def add_layer(self, node: Node, callee: str, args: tuple, kwargs: dict, params: dict[str, np.ndarray]) -> str: ...
     def tensor(self, array: np.ndarray, hint: str) -> str: ...
+    def define(self, name: str, source: str) -> str: ...
 
 
 class DrySink:
@@ -142,6 +143,9 @@ class DrySink:
 
     def tensor(self, array: np.ndarray, hint: str) -> str:
         return "self.t"
+
+    def define(self, name: str, source: str) -> str:
+        return name
 
 
 class Emitter:
@@ -228,3 +232,9 @@ class Emitter:
     def tensor(self, array: np.ndarray, hint: str) -> str:
         """A constant tensor stored in the checkpoint; returns its ``self.<name>`` expression."""
         return self.sink.tensor(np.asarray(array), hint)
+
+    def define(self, name: str, source: str) -> str:
+        """Module-level ``source`` (a helper ``nn.Cell`` or function called ``name``) written once
+        above the network class, for an op that is a loop rather than one call (the recurrent
+        layers); returns ``name``, e.g. for ``layer()``. Define a base class before its subclass."""
+        return self.sink.define(name, source)
