@@ -324,20 +324,107 @@ def test_quantize_types_without_mindspore_dtype_refused(output_dtype, name):
     check_unsupported("QuantizeLinear", inputs, {"output_dtype": output_dtype}, f"quantized dtype {name}", opset=21)
 
 
-def test_quantize_runtime_per_axis_scale_refused():
-    inputs = [x(2, 3), x(data=np.full(3, 0.1, np.float32)), const(np.zeros(3, np.uint8))]
-    check_unsupported("QuantizeLinear", inputs, {}, "scale (input 1) must be a constant", opset=13)
-
-
-def test_qlinear_matmul_runtime_scale_refused():
+def test_quantize_runtime_per_axis_scale(tmp_path):
     inputs = [
-        x(data=_ints((2, 4), np.uint8)),
-        x(data=np.float32(0.1)),
-        const(np.uint8(0)),
-        const(_ints((4, 2), np.uint8)),
-        const(np.float32(0.1)),
-        const(np.uint8(0)),
-        const(np.float32(0.2)),
-        const(np.uint8(0)),
+        x(data=_ties((2, 3, 4), 0.05)),
+        x(data=rand(3, seed=1, low=0.02, high=0.1)),
+        const(np.arange(3, dtype=np.uint8)),
     ]
-    check_unsupported("QLinearMatMul", inputs, {}, "scales must be constants", opset=10)
+    check_op("QuantizeLinear", inputs, {}, tmp_path, opset=13)
+
+
+def test_dequantize_runtime_scale_and_zero_point(tmp_path):
+    inputs = [
+        x(data=_ints((4, 3), np.int8)),
+        x(data=rand(3, seed=1, low=0.02, high=0.1)),
+        x(data=_ints((3,), np.int8, 2)),
+    ]
+    check_op("DequantizeLinear", inputs, {"axis": 1}, tmp_path, opset=13)
+
+
+def test_quantize_runtime_blocked_scale_refused():
+    inputs = [x(4, 6), x(data=rand(4, 3, seed=1, low=0.02, high=0.1)), const(np.zeros((4, 3), np.int8))]
+    check_unsupported(
+        "QuantizeLinear", inputs, {"axis": 1, "block_size": 2}, "scale (input 1) must be a constant", opset=21
+    )
+
+
+def test_qlinear_matmul_runtime_scales_and_zero_points(tmp_path):
+    """All inputs at run time (onnxruntime's own tests give them so): the multiplier is computed in the graph."""
+    inputs = [
+        x(data=_ints((3, 6), np.uint8)),
+        x(data=np.float32(0.03)),
+        x(data=np.uint8(120)),
+        x(data=_ints((6, 4), np.uint8, seed=1)),
+        x(data=rand(4, seed=2, low=0.01, high=0.05)),
+        x(data=_ints((4,), np.uint8, seed=3)),
+        x(data=np.float32(0.2)),
+        x(data=np.uint8(7)),
+    ]
+    check_op("QLinearMatMul", inputs, {}, tmp_path, opset=10)
+
+
+@pytest.mark.parametrize("runtime", [False, True])
+def test_qlinear_matmul_float16_scales(runtime, tmp_path):
+    """opset 21 allows float16 scales; onnxruntime widens them to float32 before the multiplier (its float16
+    product would differ in some roundings: the scales below make the two multipliers differ by 4e-4)."""
+    scales = [np.float16(0.0123), np.float16(0.0456), np.float16(0.2789)]
+    scale = (lambda v: x(data=v)) if runtime else const
+    inputs = [
+        x(data=_ints((40, 30), np.uint8)),
+        scale(scales[0]),
+        const(np.uint8(120)),
+        const(_ints((30, 20), np.uint8, seed=1)),
+        scale(scales[1]),
+        const(np.uint8(130)),
+        scale(scales[2]),
+        const(np.uint8(128)),
+    ]
+    check_op("QLinearMatMul", inputs, {}, tmp_path, opset=21)
+
+
+def test_matmul_integer_runtime_zero_points(tmp_path):
+    inputs = [
+        x(data=_ints((4, 5), np.uint8)),
+        x(data=_ints((5, 3), np.int8, 1)),
+        x(data=np.uint8(9)),
+        x(data=_ints((3,), np.int8, 2)),
+    ]
+    check_op("MatMulInteger", inputs, {}, tmp_path, opset=10)
+
+
+def test_qlinear_conv_runtime_scales(tmp_path):
+    xs, ws, attrs = CONV["pads_strides"]
+    inputs = [
+        x(data=_ints(xs, np.uint8)),
+        x(data=np.float32(0.05)),
+        x(data=np.uint8(10)),
+        const(_ints(ws, np.int8, seed=1)),
+        x(data=rand(ws[0], seed=4, low=0.002, high=0.02)),
+        const(np.zeros(ws[0], np.int8)),
+        x(data=np.float32(0.3)),
+        x(data=np.uint8(128)),
+        x(data=np.random.default_rng(5).integers(-2000, 2000, ws[0]).astype(np.int32)),
+    ]
+    check_op("QLinearConv", inputs, attrs, tmp_path, opset=10)
+
+
+def test_conv_integer_runtime_weight_refused():
+    inputs = [x(data=_ints((1, 2, 4, 4), np.uint8)), x(data=_ints((3, 2, 3, 3), np.uint8, 1))]
+    check_unsupported("ConvInteger", inputs, {}, "w (input 1) must be a constant", opset=10)
+
+
+@pytest.mark.parametrize("opset", [10, 13, 19, 21, 23, 25])
+def test_quantize_dequantize_opsets(opset, tmp_path):
+    """One converter each serves every version (10; 13 axis; 19 saturate; 21 blocks, output_dtype; 23-25 more types)."""
+    check_op(
+        "QuantizeLinear",
+        [x(data=_ties((3, 5), 0.05)), const(np.float32(0.05)), const(np.int8(3))],
+        {},
+        tmp_path,
+        opset=opset,
+    )
+    q = _ints((3, 5), np.uint8)
+    check_op(
+        "DequantizeLinear", [x(data=q), const(np.float32(0.05)), const(np.uint8(9))], {}, tmp_path / "dq", opset=opset
+    )

@@ -307,3 +307,11 @@ def test_zero_initial_states_are_left_out(tmp_path):
     inputs[5], inputs[6] = const(np.zeros((1, 2, 4), np.float32)), const(rand(1, 2, 4, seed=7))
     src = check_op("LSTM", inputs, {"hidden_size": 4}, tmp_path, n_outputs=3)
     assert "(in0, c0=self." in src
+
+
+@pytest.mark.parametrize("opset", [7, 14, 22])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_opsets(op, opset, tmp_path):
+    """One converter serves every version of the op (7, 14 adds layout, 22 adds bfloat16)."""
+    inputs = _inputs(op, 3, 2, 3, 4, n_dir=2, h0=True, c0=True, lens=[3, 2])
+    check_op(op, inputs, {"hidden_size": 4, "direction": "bidirectional"}, tmp_path, opset=opset, n_outputs=N_OUT[op])

@@ -152,3 +152,16 @@ def test_window_runtime_size_refused():
     check_unsupported(
         "HannWindow", [x(data=np.array(8, np.int64))], {}, "refused: the output's shape is an input's value"
     )
+
+
+@pytest.mark.parametrize("opset", [17, 20, 24])
+def test_stft_and_dft_opsets(opset, tmp_path):
+    check_op(
+        "STFT",
+        [x(1, 24, 1), scalar(4), const(np.hanning(8).astype(np.float32))],
+        {},
+        tmp_path,
+        opset=opset,
+        rel_tol=TOL,
+    )
+    check_op("DFT", [x(2, 6, 2)], {"inverse": 1}, tmp_path / "dft", opset=opset, rel_tol=TOL)

@@ -42,37 +42,37 @@ def _qtype(dtype) -> tuple:
     return _BY_NAME[name]
 
 
-def _per_axis(em, array: np.ndarray, axis: int, block_size: int, what: str) -> np.ndarray:
-    """A scale or zero point given per tensor, per axis or per block, broadcastable to input 0."""
-    shape = em.shape(0)
-    if array.size == 1:
-        return array.reshape(())
-    axis = axis % len(shape)
-    if block_size:
-        if array.ndim != len(shape):
-            raise Unsupported(f"{what} of shape {list(array.shape)} for block_size={block_size}")
-        return np.repeat(array, block_size, axis=axis).take(range(shape[axis]), axis=axis)
-    if array.ndim != 1 or array.shape[0] != shape[axis]:
-        raise Unsupported(f"{what} of shape {list(array.shape)} (not one per element of axis {axis})")
-    return array.reshape([-1 if a == axis else 1 for a in range(len(shape))])
-
-
-def _operand(em, i: int, axis: int, block_size: int, what: str) -> str | None:
-    """Expression for a scale or zero point in float32, broadcastable to input 0 (None for an absent
-    or all-zero zero point). A runtime one must be a single value."""
+def _broadcast(em, i: int, shape, axis: int, dtype, what: str, block_size: int = 0) -> str | None:
+    """Input ``i`` (a scale or zero point, per tensor, per ``axis`` of ``shape`` or per block) as an
+    expression of ``dtype`` that broadcasts against ``shape``; None for an absent or all-zero zero
+    point. Constants become literals or stored tensors, runtime values a cast and a reshape."""
     if not em.has_input(i):
         return None
+    rank, axis = len(shape), axis % len(shape)
+    per_axis = [-1 if a == axis else 1 for a in range(rank)]
     c = em.const(i)
     if c is None:
-        if int(np.prod(em.shape(i))) != 1:
-            raise Unsupported(f"{what} (input {i}) must be a constant when it is not one value")
-        return em.x(i) if em.dtype(i) == np.float32 else f"ops.cast({em.x(i)}, ms.float32)"
-    if what == "zero_point" and not c.any():
+        size = int(np.prod(em.shape(i)))
+        expr = em.x(i) if em.dtype(i) == dtype else f"ops.cast({em.x(i)}, {ms_dtype(dtype)})"
+        if size == 1:
+            return expr
+        if block_size or size != shape[axis]:
+            raise Unsupported(f"{what} (input {i}) must be a constant (per block, or shaped {list(em.shape(i))})")
+        return expr if axis == rank - 1 else f"ops.reshape({expr}, {tuple(per_axis)})"
+    if what.endswith("zero_point") and not c.any():
         return None
-    c = _per_axis(em, c, axis, block_size, what)
-    if c.ndim == 0:
-        return literal(int(c) if what == "zero_point" else np.float32(c).item())
-    return em.tensor(c.astype(np.float32), f"{em.name_hint('q')}_{what}")
+    if c.size == 1:
+        value = np.asarray(c).reshape(()).item()
+        return literal(int(value) if what.endswith("zero_point") else np.asarray(value, dtype).item())
+    if block_size:
+        if c.ndim != rank:
+            raise Unsupported(f"{what} of shape {list(c.shape)} for block_size={block_size}")
+        c = np.repeat(c, block_size, axis=axis).take(range(shape[axis]), axis=axis)
+    elif c.ndim != 1 or c.shape[0] != shape[axis]:
+        raise Unsupported(f"{what} of shape {list(c.shape)} (not one per element of axis {axis})")
+    else:
+        c = c.reshape(per_axis)
+    return em.tensor(c.astype(dtype), f"{em.name_hint('q')}_{what}")
 
 
 def _saturate(expr: str, lo: int, hi: int, dtype) -> str:
@@ -87,8 +87,8 @@ def quantize_linear(em, *, axis=1, block_size=0, output_dtype=0, saturate=1, pre
     if precision not in (0, 1):
         raise Unsupported(f"precision={precision} (float32 division only)")
     dtype, lo, hi = _qtype(em.out_dtype(0))
-    scale = _operand(em, 1, axis, block_size, "scale")
-    zero_point = _operand(em, 2, axis, block_size, "zero_point")
+    scale = _broadcast(em, 1, em.shape(0), axis, np.float32, "scale", block_size)
+    zero_point = _broadcast(em, 2, em.shape(0), axis, np.float32, "zero_point", block_size)
     value = f"ops.round({em.x(0)} / {scale})"
     if zero_point is not None:
         value = f"{value} + {zero_point}"
@@ -109,10 +109,10 @@ def dequantize_linear(em, *, axis=1, block_size=0, output_dtype=0):
     else:
         _qtype(em.dtype(0))
         x = f"ops.cast({em.x(0)}, ms.float32)"
-        zero_point = _operand(em, 2, axis, block_size, "zero_point")
+        zero_point = _broadcast(em, 2, em.shape(0), axis, np.float32, "zero_point", block_size)
     if zero_point is not None:
         x = f"({x} - {zero_point})"
-    return f"{x} * {_operand(em, 1, axis, block_size, 'scale')}"
+    return f"{x} * {_broadcast(em, 1, em.shape(0), axis, np.float32, 'scale', block_size)}"
 
 
 _DYNAMIC = '''
@@ -140,36 +140,23 @@ def dynamic_quantize_linear(em):
 # --- integer products -------------------------------------------------------------------------
 
 
-def _zero_point(em, i: int, what: str) -> np.ndarray:
-    """A constant zero point as int64 (0 when absent)."""
-    if not em.has_input(i):
-        return np.zeros((), np.int64)
-    return em.require_const(i, what).astype(np.int64)
-
-
-def _shifted(em, i: int, zp_index: int, what: str, per: str) -> str:
-    """Integer input ``i`` minus its zero point as an int32 expression: a stored constant when input
-    ``i`` is one, else a cast and a subtraction. ``per``: the per-element zero point's broadcast
-    ('row' for A's [M], 'column' for B's [N])."""
+def _shifted(em, i: int, zp: int, what: str, axis: int) -> str:
+    """Integer input ``i`` minus its zero point (input ``zp``, per tensor or per ``axis``) in int32:
+    a stored constant when both are constants."""
     _qtype(em.dtype(i))
-    zp = _zero_point(em, zp_index, f"{what}_zero_point")
-    if zp.size > 1:
-        zp = zp.reshape(-1, 1) if per == "row" else zp.reshape(-1)
-    else:
-        zp = zp.reshape(())
-    c = em.const(i)
-    if c is not None:
-        return em.tensor((c.astype(np.int64) - zp).astype(np.int32), f"{em.name_hint('q')}_{what}")
+    c, zc = em.const(i), em.const(zp) if em.has_input(zp) else np.zeros((), np.int64)
+    if c is not None and zc is not None:
+        zc = zc.reshape(() if zc.size == 1 else [-1 if a == axis % c.ndim else 1 for a in range(c.ndim)])
+        return em.tensor((c.astype(np.int64) - zc).astype(np.int32), f"{em.name_hint('q')}_{what}")
     x = f"ops.cast({em.x(i)}, ms.int32)"
-    if zp.ndim == 0:
-        return f"({x} - {int(zp)})" if zp else x
-    hint = f"{em.name_hint('q')}_{what}_zero_point"
-    return f"({x} - {em.tensor(zp.astype(np.int32), hint)})"
+    zero_point = _broadcast(em, zp, em.shape(i), axis, np.int32, f"{what}_zero_point")
+    return x if zero_point is None else f"({x} - {zero_point})"
 
 
 def _int_matmul(em, a: int, a_zp: int, b: int, b_zp: int) -> str:
-    """``(A - a_zp) @ (B - b_zp)`` in int32; A of rank > 2 times a 2-D B as one 2-D product."""
-    lhs, rhs = _shifted(em, a, a_zp, "a", "row"), _shifted(em, b, b_zp, "b", "column")
+    """``(A - a_zp) @ (B - b_zp)`` in int32 (a_zp per row, b_zp per column); A of rank > 2 times a
+    2-D B as one 2-D product."""
+    lhs, rhs = _shifted(em, a, a_zp, "a", -2), _shifted(em, b, b_zp, "b", -1)
     sa, sb = em.shape(a), em.shape(b)
     if len(sa) > 2 and len(sb) == 2:
         rows = int(np.prod(sa[:-1]))
@@ -184,41 +171,38 @@ def matmul_integer(em):
     return _int_matmul(em, 0, 2, 1, 3)
 
 
-def _multiplier(em, a_scale: int, b_scale: int, y_scale: int, per_column_axis: int) -> str:
-    """``a_scale * b_scale / y_scale`` in float32 (per output column/channel if b_scale is)."""
-    for i in (a_scale, b_scale, y_scale):
-        if em.dtype(i) != np.float32:
-            raise Unsupported(f"scale dtype {em.dtype(i).name} (float32 only)")
-    consts = [em.const(i) for i in (a_scale, b_scale, y_scale)]
-    if any(c is None for c in consts):
-        raise Unsupported("the scales must be constants")
-    a, b, y = (c.astype(np.float32).reshape(-1) for c in consts)
-    if a.size != 1 or y.size != 1:
-        raise Unsupported("a/x_scale and y_scale must be one value each")
-    m = (a * b) / y  # float32 throughout, in onnxruntime's order
-    if m.size == 1:
-        return literal(m.item())
-    shape = [1] * em.rank(0)
-    shape[per_column_axis] = -1
-    return em.tensor(m.reshape(shape), f"{em.name_hint('q')}_multiplier")
-
-
-def _requantize(em, acc: str, multiplier: str, zp_index: int) -> str:
+def _requantize(em, acc: str, scales: tuple[int, int, int], y_zp: int, axis: int) -> str:
+    """``saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero_point)``; the multiplier in
+    float32 in onnxruntime's order (float16 scales widened first), b_scale per tensor or per
+    ``axis`` of the output."""
+    for i in scales:  # float16 scales are widened first, as onnxruntime does
+        if em.dtype(i) not in (np.float32, np.float16):
+            raise Unsupported(f"scale dtype {em.dtype(i).name} (float32 or float16)")
+    out = em.out_shape(0)
+    consts = [em.const(i) for i in scales]
+    if all(c is not None for c in consts):
+        a, b, y = (np.asarray(c, np.float32) for c in consts)
+        if b.size > 1:
+            b = b.reshape([-1 if k == axis % len(out) else 1 for k in range(len(out))])
+        m = (a.reshape(()) * b) / y.reshape(())
+        multiplier = literal(m.item()) if m.size == 1 else em.tensor(m, f"{em.name_hint('q')}_multiplier")
+    else:
+        a, b, y = (
+            _broadcast(em, i, out, axis, np.float32, name) for i, name in zip(scales, ("a_scale", "b_scale", "y_scale"))
+        )
+        multiplier = f"({a} * {b} / {y})"
     dtype, lo, hi = _qtype(em.out_dtype(0))
-    zp = _zero_point(em, zp_index, "y_zero_point")
-    if zp.size != 1:
-        raise Unsupported("y_zero_point must be one value")
     value = f"ops.round(ops.cast({acc}, ms.float32) * {multiplier})"
-    if zp.item():
-        value = f"{value} + {int(zp.item())}"
+    zero_point = _broadcast(em, y_zp, out, axis, np.float32, "y_zero_point")
+    if zero_point is not None:
+        value = f"{value} + {zero_point}"
     return _saturate(value, lo, hi, dtype)
 
 
 @converter("QLinearMatMul", since=10)
 def qlinear_matmul(em):
     """QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point) -> y"""
-    acc = _int_matmul(em, 0, 2, 3, 5)
-    return _requantize(em, acc, _multiplier(em, 1, 4, 6, -1), 7)
+    return _requantize(em, _int_matmul(em, 0, 2, 3, 5), (1, 4, 6), 7, -1)
 
 
 # --- integer convolutions -----------------------------------------------------------------------
@@ -262,14 +246,12 @@ def _int_conv(em, x: int, x_zp: int, w: int, w_zp: int, attrs: dict) -> str:
     x_type = _qtype(em.dtype(x))
     weight = em.require_const(w, "w")
     _qtype(weight.dtype)
-    wzp = _zero_point(em, w_zp, "w_zero_point").reshape(-1)
-    shifted = weight.astype(np.int64) - (wzp.reshape(-1, 1, 1, 1) if wzp.size > 1 else wzp.reshape(()))
-    xzp = _zero_point(em, x_zp, "x_zero_point")
-    if xzp.size != 1:
-        raise Unsupported("x_zero_point must be one value")
-    xzp = int(xzp.item())
-    largest_x = max(xzp - x_type[1], x_type[2] - xzp)
-    # the largest partial sum of one output channel: |W - w_zp| summed over its window, times the largest |X - x_zp|
+    wzp = em.require_const(w_zp, "w_zero_point").astype(np.int64) if em.has_input(w_zp) else np.zeros(1, np.int64)
+    shifted = weight.astype(np.int64) - wzp.reshape(-1, 1, 1, 1)
+    xzp = em.const(x_zp) if em.has_input(x_zp) else np.zeros(1, np.int64)
+    # the largest |X - x_zp|: from the type's range, about the zero point if it is known
+    largest_x = x_type[2] - x_type[1] if xzp is None else max(int(xzp.item()) - x_type[1], x_type[2] - int(xzp.item()))
+    # the largest partial sum of an output channel: |W - w_zp| summed over its window, times the largest |X - x_zp|
     parts = [shifted]
     if np.abs(shifted).reshape(len(shifted), -1).sum(axis=1).max(initial=0) * largest_x >= _EXACT:
         high = np.floor_divide(shifted, 16)
@@ -279,8 +261,9 @@ def _int_conv(em, x: int, x_zp: int, w: int, w_zp: int, attrs: dict) -> str:
     kw = _conv_kwargs(em, weight, **attrs)
     cin, cout = int(em.shape(x)[1]), int(weight.shape[0])
     xin = f"ops.cast({em.x(x)}, ms.float32)"
-    if xzp:
-        xin = f"({xin} - {xzp})"
+    zero_point = _broadcast(em, x_zp, em.shape(x), 1, np.float32, "x_zero_point")
+    if zero_point is not None:
+        xin = f"({xin} - {zero_point})"
     if len(parts) == 1:
         layer = em.layer("nn.Conv2d", cin, cout, params={"weight": shifted.astype(np.float32)}, **kw)
         return f"ops.cast({layer}({xin}), ms.int32)"
@@ -306,7 +289,7 @@ def qlinear_conv(em, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
     acc = _int_conv(em, 0, 2, 3, 5, attrs)
-    if em.has_input(8):
-        bias = em.require_const(8, "B").astype(np.int32).reshape(1, -1, 1, 1)
-        acc = f"{acc} + {em.tensor(bias, em.name_hint('q') + '_bias')}"
-    return _requantize(em, acc, _multiplier(em, 1, 4, 6, 1), 7)
+    bias = _broadcast(em, 8, em.out_shape(0), 1, np.int32, "bias")
+    if bias is not None:
+        acc = f"{acc} + {bias}"
+    return _requantize(em, acc, (1, 4, 6), 7, 1)
