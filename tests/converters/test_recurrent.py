@@ -301,12 +301,15 @@ def test_torch_export(name, tmp_path):
             assert_close(a, r, 1e-5, f"{name} output {j} ({mode} mode) against PyTorch")
 
 
-def test_zero_initial_states_are_left_out(tmp_path):
-    """All-zero constant initial states (torch's export without states) are the cell's own default."""
+@pytest.mark.parametrize(
+    "direction, call", [("forward", "(ops.zeros_like(self.c6), self.c6)"), ("reverse", "(in0, c0=self.c6)")]
+)
+def test_zero_initial_states_are_left_out(direction, call, tmp_path):
+    """All-zero constant initial states (torch's export without states) are the layer's own default."""
     inputs = _inputs("LSTM", 3, 2, 3, 4, h0=True, c0=True)
     inputs[5], inputs[6] = const(np.zeros((1, 2, 4), np.float32)), const(rand(1, 2, 4, seed=7))
-    src = check_op("LSTM", inputs, {"hidden_size": 4}, tmp_path, n_outputs=3)
-    assert "(in0, c0=self." in src
+    src = check_op("LSTM", inputs, {"hidden_size": 4, "direction": direction}, tmp_path, n_outputs=3)
+    assert call in src
 
 
 @pytest.mark.parametrize("opset", [7, 14, 22])
@@ -315,3 +318,24 @@ def test_opsets(op, opset, tmp_path):
     """One converter serves every version of the op (7, 14 adds layout, 22 adds bfloat16)."""
     inputs = _inputs(op, 3, 2, 3, 4, n_dir=2, h0=True, c0=True, lens=[3, 2])
     check_op(op, inputs, {"hidden_size": 4, "direction": "bidirectional"}, tmp_path, opset=opset, n_outputs=N_OUT[op])
+
+
+@pytest.mark.parametrize(
+    "attrs, lens, layer",
+    [
+        ({"direction": "bidirectional"}, None, "nn.LSTM"),
+        ({}, [3, 3], "nn.LSTM"),
+        ({"direction": "reverse"}, None, "OnnxLSTM"),
+        ({"clip": 3.0}, None, "OnnxLSTM"),
+        ({"input_forget": 1}, None, "OnnxLSTM"),
+        ({"activations": ["Sigmoid", "Tanh", "Relu"]}, None, "OnnxLSTM"),
+        ({}, [3, 1], "OnnxLSTM"),
+    ],
+    ids=["bidirectional", "full_lengths", "reverse", "clip", "input_forget", "activations", "sequence_lens"],
+)
+def test_lstm_layer_choice(attrs, lens, layer, tmp_path):
+    """PyTorch's kind of LSTM is MindSpore's nn.LSTM (fused on CPU); the other variants are the ONNX cell."""
+    n_dir = 2 if attrs.get("direction") == "bidirectional" else 1
+    inputs = _inputs("LSTM", 3, 2, 3, 4, n_dir=n_dir, h0=True, lens=lens)
+    src = check_op("LSTM", inputs, {"hidden_size": 4} | attrs, tmp_path, n_outputs=3)
+    assert f"= {layer}(" in src

@@ -156,7 +156,8 @@ class DrySink:
 
 class Emitter:
     """What a converter sees of one node: its inputs as expressions, shapes, dtypes, constants,
-    and ``layer()`` / ``tensor()`` to declare what ``__init__`` must create."""
+    ``layer()`` / ``tensor()`` to declare what ``__init__`` must create, and ``define()`` for a
+    module-level helper the expression calls."""
 
     def __init__(self, graph: Graph, node: Node, sink: Sink | None = None):
         self.graph = graph

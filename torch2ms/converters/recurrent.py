@@ -1,13 +1,18 @@
-"""Recurrent layers: RNN, GRU and LSTM, as small helper cells written into the generated code.
+"""Recurrent layers: RNN, GRU and LSTM.
 
-MindSpore's ``nn.LSTM``/``nn.GRU``/``nn.RNN`` follow PyTorch, not ONNX: gate order (ONNX LSTM is
-i, o, f, c; PyTorch i, f, g, o), no reverse-only direction, no clip, peepholes, input_forget or
-other activations, GRU only with ``linear_before_reset=1``, and outputs shaped
-(T, B, directions * H) instead of ONNX's (T, directions, B, H). So each ONNX op becomes one
-``nn.Cell`` defined above the network class (``OnnxRNN``, ``OnnxGRU``, ``OnnxLSTM`` over a shared
-time loop ``OnnxRecurrent``), holding W, R, B (and P) in ONNX's layout, so the checkpoint reads
-like the ONNX initializers. The sequence length is static, so the loop over time is a Python
-loop that GRAPH_MODE unrolls. Per step, for direction d (ONNX's equations, ``*`` = elementwise)::
+An LSTM that PyTorch could have written (default activations, forward or bidirectional, no clip,
+peepholes, input_forget or sequence_lens, layout 0) is MindSpore's ``nn.LSTM``: on CPU it is
+oneDNN's fused LSTM (accurate to 1e-7, and about 20x faster than an unrolled loop in GRAPH_MODE).
+Its gates are PyTorch's (i, f, g, o), ONNX's are (i, o, f, c), so the weight rows are reordered;
+``onnx_lstm_outputs`` turns its (T, B, directions * H) output into ONNX's (T, directions, B, H).
+
+Everything else is a small helper cell written above the network class (``OnnxRNN``,
+``OnnxGRU``, ``OnnxLSTM`` over a shared time loop ``OnnxRecurrent``), holding W, R, B (and P)
+in ONNX's layout. MindSpore's own ``nn.GRU``/``nn.RNN`` (and ``nn.LSTM`` with sequence lengths)
+are Python-unrolled cells on CPU too, but built on its CPU tanh, which is 1e-4 off near |x| = 5;
+they also know only PyTorch's variants (GRU with linear_before_reset=1, tanh/relu RNN, no clip,
+no reverse-only direction). The sequence length is static, so the loop over time is a Python
+loop that GRAPH_MODE unrolls. Per step, for direction d (ONNX's equations, ``*`` elementwise)::
 
     RNN   H = f(Xt W^T + H R^T + Wb + Rb)
     GRU   z = f(Xt Wz^T + H Rz^T + Wbz + Rbz);  r = f(... Wr, Rr ...)
@@ -23,7 +28,7 @@ outputs zeros, so the reverse direction starts at each entry's own last step, as
 an entry of length 0 ends with zero states. ``layout=1`` is batch-first X, Y, initial and final
 states. Activation alpha/beta are consumed in order by the activations that take them, with the
 ONNX operators' defaults (onnxruntime's convention); Affine, ScaledTanh and ThresholdedRelu must
-be given theirs, since onnxruntime's defaults (0) differ from the spec's.
+be given theirs, since onnxruntime's defaults (0) differ from the spec's. tanh is sinh / cosh.
 """
 
 from __future__ import annotations
@@ -273,6 +278,44 @@ def _activations(op: str, n_dir: int, names, alphas, betas) -> tuple | None:
     return tuple(tuple(resolved[k : k + per]) for k in range(0, len(resolved), per))
 
 
+_LSTM_OUTPUTS = '''
+def onnx_lstm_outputs(outputs):
+    """nn.LSTM's y (T, B, directions * H), (h, c) as ONNX's Y (T, directions, B, H), Y_h, Y_c."""
+    y, (h, c) = outputs
+    y = ops.reshape(y, (y.shape[0], y.shape[1], h.shape[0], h.shape[2]))
+    return ops.transpose(y, (0, 2, 1, 3)), h, c
+'''
+
+# ONNX LSTM gate blocks (i, o, f, c) in nn.LSTM's (PyTorch's) order (i, f, g=c, o)
+_TORCH_GATES = (0, 2, 3, 1)
+
+
+def _nn_lstm(em, w, r, b, n_dir: int, h0: int | None, c0: int | None) -> str:
+    """MindSpore's nn.LSTM (oneDNN's fused LSTM on CPU) for an LSTM PyTorch could have written."""
+    hidden = int(r.shape[-1])
+
+    def torch_order(m: np.ndarray) -> np.ndarray:
+        return np.concatenate([m[g * hidden : (g + 1) * hidden] for g in _TORCH_GATES])
+
+    params = {}
+    for d, suffix in enumerate(("", "_reverse")[:n_dir]):
+        params[f"weight_ih_l0{suffix}"] = torch_order(w[d])
+        params[f"weight_hh_l0{suffix}"] = torch_order(r[d])
+        if b is not None:
+            params[f"bias_ih_l0{suffix}"] = torch_order(b[d][: 4 * hidden])
+            params[f"bias_hh_l0{suffix}"] = torch_order(b[d][4 * hidden :])
+    kwargs = {"has_bias": False} if b is None else {}
+    if n_dir == 2:
+        kwargs["bidirectional"] = True
+    layer = em.layer("nn.LSTM", int(w.shape[-1]), hidden, params=params, **kwargs)
+    args = [em.x(0)]
+    if h0 is not None or c0 is not None:
+        h = em.x(h0) if h0 is not None else f"ops.zeros_like({em.x(c0)})"
+        c = em.x(c0) if c0 is not None else f"ops.zeros_like({em.x(h0)})"
+        args.append(f"({h}, {c})")
+    return f"{em.define('onnx_lstm_outputs', _LSTM_OUTPUTS)}({layer}({', '.join(args)}))"
+
+
 def _zero(value) -> bool:
     return value is not None and not value.any()
 
@@ -315,19 +358,21 @@ def _recurrent(em, op: str, direction, activations, activation_alpha, activation
         params["p"] = peepholes
         kwargs["peepholes"] = True
     kwargs.update({k: v for k, v in extra.items() if v})
-
-    em.define("onnx_activation", _ACTIVATION)
-    em.define("OnnxRecurrent", _BASE)
-    name, source = _CELLS[op]
-    layer = em.layer(em.define(name, source), int(w.shape[-1]), hidden, params=params, **kwargs)
-    # initial states: all-zero constants (what torch exports without them) are the cell's default
+    # initial states: all-zero constants (what torch exports without them) are the default
     h0, c0 = (i if em.has_input(i) and not _zero(em.const(i)) else None for i in (5, 6))
-    args = [em.x(0)]
-    if h0 is not None:
-        args.append(em.x(h0))
-    if op == "LSTM" and c0 is not None:
-        args.append(em.x(c0) if h0 is not None else f"c0={em.x(c0)}")
-    call = f"{layer}({', '.join(args)})"
+    if op == "LSTM" and set(kwargs) <= {"direction"} and direction != "reverse":
+        call = _nn_lstm(em, w, r, params["b"] if em.has_input(3) else None, n_dir, h0, c0)
+    else:
+        em.define("onnx_activation", _ACTIVATION)
+        em.define("OnnxRecurrent", _BASE)
+        name, source = _CELLS[op]
+        layer = em.layer(em.define(name, source), int(w.shape[-1]), hidden, params=params, **kwargs)
+        args = [em.x(0)]
+        if h0 is not None:
+            args.append(em.x(h0))
+        if op == "LSTM" and c0 is not None:
+            args.append(em.x(c0) if h0 is not None else f"c0={em.x(c0)}")
+        call = f"{layer}({', '.join(args)})"
     n, full = len(em.node.outputs), 3 if op == "LSTM" else 2
     if n == full:
         return call
