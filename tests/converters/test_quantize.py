@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from converters.helpers import check_op, check_unsupported, const, convert_and_run, load, rand, x
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
+
+from torch2ms.passes import fold_passes
 
 RANGES = {np.uint8: (0, 255), np.int8: (-128, 127), np.uint16: (0, 65535), np.int16: (-32768, 32767)}
 
@@ -292,12 +297,13 @@ def test_qdq_model(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     feeds = {"x": rand(1, 3, 8, 8, seed=3)}
-    graph, _ = load(model, feeds)
-    # the weight's DequantizeLinear has constant inputs: the loader folds it into the float weight
+    # the weight's DequantizeLinear has constant inputs: the loader folds it into the float weight; the
+    # rebuild and fold passes (what `torch2ms convert` runs) leave the rest alone
+    graph, fired = load(model, feeds, fold_passes())
     assert [n.op_type for n in graph.nodes] == ["QuantizeLinear", "DequantizeLinear", "Conv"] + [
         "QuantizeLinear",
         "DequantizeLinear",
-    ]
+    ], fired
     # onnxruntime without graph optimizations computes the same fake-quant float arithmetic (with them it
     # would fuse DQ -> Conv -> Q into an integer QLinearConv)
     opts = ort.SessionOptions()
@@ -428,3 +434,61 @@ def test_quantize_dequantize_opsets(opset, tmp_path):
     check_op(
         "DequantizeLinear", [x(data=q), const(np.float32(0.05)), const(np.uint8(9))], {}, tmp_path / "dq", opset=opset
     )
+
+
+class _SmallNet(torch.nn.Module):
+    def __init__(self, head: bool):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(8, 5) if head else None
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.fc(y.mean((2, 3))) if self.fc is not None else y
+
+
+class _Calibration(CalibrationDataReader):
+    def __init__(self):
+        self.batches = iter([{"x": rand(1, 3, 16, 16, seed=k)} for k in range(8)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+@pytest.mark.parametrize(
+    "how, ops",
+    [
+        ("qdq", {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm"}),
+        ("qoperator", {"QuantizeLinear", "QLinearConv", "DequantizeLinear"}),
+        ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}),
+    ],
+)
+def test_onnxruntime_quantized_model(how, ops, tmp_path):
+    """A torch model quantized by onnxruntime's own tools (static QDQ and QOperator per channel, dynamic),
+    through the rebuild and fold passes, against onnxruntime without graph optimizations."""
+    torch.manual_seed(0)
+    float_path, path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    net = _SmallNet(head=how != "qoperator").eval()  # QOperator's Gemm would be com.microsoft's QGemm
+    example = (torch.randn(1, 3, 16, 16),)
+    torch.onnx.export(net, example, str(float_path), dynamo=False, opset_version=17, input_names=["x"])
+    if how == "dynamic":
+        quantize_dynamic(str(float_path), str(path))
+    else:
+        fmt = QuantFormat.QDQ if how == "qdq" else QuantFormat.QOperator
+        quantize_static(str(float_path), str(path), _Calibration(), quant_format=fmt, per_channel=True)
+    model, feeds = onnx.load(str(path)), {"x": rand(1, 3, 16, 16, seed=42)}
+    graph, _ = load(model, feeds, fold_passes())
+    assert ops <= {n.op_type for n in graph.nodes}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    expected = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    results, _ = convert_and_run(graph, feeds, tmp_path / "net")
+    for mode, actual in results.items():
+        # integer arithmetic and the same float ops in the same order: bit-exact (a float Conv between Q and DQ
+        # could flip a value within an ulp of a rounding midpoint; none does for this model and input)
+        assert np.array_equal(actual[0], expected[0]), (
+            f"{how} ({mode}): max diff {np.abs(actual[0] - expected[0]).max()}"
+        )
