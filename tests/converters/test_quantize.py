@@ -211,26 +211,16 @@ CONV = {
 }
 
 
-@pytest.mark.parametrize("case", list(CONV))
-def test_conv_integer(case, tmp_path):
-    xs, ws, attrs = CONV[case]
-    inputs = [
-        x(data=_ints(xs, np.uint8)),
-        const(_ints(ws, np.uint8, seed=1)),
-        const(np.uint8(100)),
-        const(np.uint8(120)),
-    ]
-    check_op("ConvInteger", inputs, attrs, tmp_path, opset=10)
-
-
-def test_conv_integer_split_weights(tmp_path):
-    """A weight whose partial sums can exceed 2**24 is split into 16 * high + low: still exact."""
+def test_qlinear_conv_split_weights(tmp_path):
+    """A weight whose partial sums can pass 2**24 (64 * 9 * 255 * 255) is split into 16 * high + low: two
+    convolutions that stay exact in float32; the requantized result still equals onnxruntime's."""
     w = np.full((2, 64, 3, 3), 255, np.uint8)
     w[1] = _ints((64, 3, 3), np.uint8, seed=3)
     data = np.full((1, 64, 5, 5), 255, np.uint8)
-    data[0, :, 1:3] = 0
-    inputs = [x(data=data), const(w), const(np.uint8(0)), const(np.uint8(0))]
-    src = check_op("ConvInteger", inputs, {"pads": [1, 1, 1, 1]}, tmp_path, opset=10)
+    data[0, :, 1:3] = _ints((64, 2, 5), np.uint8, seed=4)
+    scales = [const(np.float32(0.01)), const(np.uint8(0))]
+    inputs = [x(data=data), *scales, const(w), *scales, const(np.float32(14.5)), const(np.uint8(3))]
+    src = check_op("QLinearConv", inputs, {"pads": [1, 1, 1, 1]}, tmp_path, opset=10)
     assert "16 * ops.cast(" in src
 
 
@@ -241,8 +231,9 @@ def test_conv_integer_split_weights(tmp_path):
         (np.uint8, np.int8, True, True, "pads_strides"),
         (np.int8, np.int8, True, True, "group_dilation"),
         (np.uint8, np.int8, False, True, "pointwise"),
+        (np.uint8, np.uint8, True, False, "same_upper"),
     ],
-    ids=["u8u8", "u8s8_per_channel_bias", "s8s8_group", "u8s8_pointwise"],
+    ids=["u8u8", "u8s8_per_channel_bias", "s8s8_group", "u8s8_pointwise", "u8u8_same_upper"],
 )
 def test_qlinear_conv(x_type, w_type, per_channel, bias, case, tmp_path):
     xs, ws, attrs = CONV[case]
@@ -415,11 +406,6 @@ def test_qlinear_conv_runtime_scales(tmp_path):
     check_op("QLinearConv", inputs, attrs, tmp_path, opset=10)
 
 
-def test_conv_integer_runtime_weight_refused():
-    inputs = [x(data=_ints((1, 2, 4, 4), np.uint8)), x(data=_ints((3, 2, 3, 3), np.uint8, 1))]
-    check_unsupported("ConvInteger", inputs, {}, "w (input 1) must be a constant", opset=10)
-
-
 @pytest.mark.parametrize("opset", [10, 13, 19, 21, 23, 25])
 def test_quantize_dequantize_opsets(opset, tmp_path):
     """One converter each serves every version (10; 13 axis; 19 saturate; 21 blocks, output_dtype; 23-25 more types)."""
@@ -436,6 +422,15 @@ def test_quantize_dequantize_opsets(opset, tmp_path):
     )
 
 
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(12, 16), torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
 class _SmallNet(torch.nn.Module):
     def __init__(self, head: bool):
         super().__init__()
@@ -450,7 +445,7 @@ class _SmallNet(torch.nn.Module):
 
 class _Calibration(CalibrationDataReader):
     def __init__(self):
-        self.batches = iter([{"x": rand(1, 3, 16, 16, seed=k)} for k in range(8)])
+        self.batches = iter([{"x": rand(1, 3, 16, 16, seed=k)} for k in range(8)])  # static: the conv nets
 
     def get_next(self):
         return next(self.batches, None)
@@ -461,7 +456,7 @@ class _Calibration(CalibrationDataReader):
     [
         ("qdq", {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm"}),
         ("qoperator", {"QuantizeLinear", "QLinearConv", "DequantizeLinear"}),
-        ("dynamic", {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}),
+        ("dynamic", {"DynamicQuantizeLinear", "MatMulInteger"}),
     ],
 )
 def test_onnxruntime_quantized_model(how, ops, tmp_path):
@@ -469,15 +464,17 @@ def test_onnxruntime_quantized_model(how, ops, tmp_path):
     through the rebuild and fold passes, against onnxruntime without graph optimizations."""
     torch.manual_seed(0)
     float_path, path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
-    net = _SmallNet(head=how != "qoperator").eval()  # QOperator's Gemm would be com.microsoft's QGemm
-    example = (torch.randn(1, 3, 16, 16),)
+    # QOperator's Gemm would be com.microsoft's QGemm; dynamic: conv.py's ConvInteger needs a constant x_zero_point
+    net = (_Mlp() if how == "dynamic" else _SmallNet(head=how == "qdq")).eval()
+    shape = (2, 12) if how == "dynamic" else (1, 3, 16, 16)
+    example = (torch.randn(*shape),)
     torch.onnx.export(net, example, str(float_path), dynamo=False, opset_version=17, input_names=["x"])
     if how == "dynamic":
         quantize_dynamic(str(float_path), str(path))
     else:
         fmt = QuantFormat.QDQ if how == "qdq" else QuantFormat.QOperator
         quantize_static(str(float_path), str(path), _Calibration(), quant_format=fmt, per_channel=True)
-    model, feeds = onnx.load(str(path)), {"x": rand(1, 3, 16, 16, seed=42)}
+    model, feeds = onnx.load(str(path)), {"x": rand(*shape, seed=42)}
     graph, _ = load(model, feeds, fold_passes())
     assert ops <= {n.op_type for n in graph.nodes}
     opts = ort.SessionOptions()

@@ -1,5 +1,6 @@
 """Quantization: QuantizeLinear / DequantizeLinear (per tensor, per axis, per block),
-DynamicQuantizeLinear, and the integer ops MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+DynamicQuantizeLinear, and the integer ops MatMulInteger, QLinearMatMul, QLinearConv
+(ConvInteger is in conv.py).
 
 A QDQ model converts with the exact fake-quant arithmetic onnxruntime uses, in float32::
 
@@ -271,15 +272,6 @@ def _int_conv(em, x: int, x_zp: int, w: int, w_zp: int, attrs: dict) -> str:
     low = em.layer("nn.Conv2d", cin, cout, params={"weight": parts[1].astype(np.float32)}, **kw)
     # W - w_zp = 16 * high + low: two convolutions whose partial sums stay exact in float32
     return f"16 * ops.cast({high}({xin}), ms.int32) + ops.cast({low}({xin}), ms.int32)"
-
-
-@converter("ConvInteger", since=10)
-def conv_integer(em, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """ConvInteger(x, w, x_zero_point?, w_zero_point?) -> y = conv(x - x_zero_point, w - w_zero_point) in int32"""
-    attrs = dict(
-        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
-    )
-    return _int_conv(em, 0, 2, 1, 3, attrs)
 
 
 @converter("QLinearConv", since=10)
