@@ -121,6 +121,22 @@ def test_mod_int_dtypes(dtype, fmod, tmp_path):
     check_op("Mod", [x(data=a.astype(dtype)), x(data=b.astype(dtype))], {"fmod": fmod}, tmp_path, opset=13)
 
 
+# Magnitudes where float32 (2**24) would round: int32 near its limits, int64 up to 2**52.
+LARGE = {
+    "int32": ([2**31 - 1, -(2**31 - 5), 16777217, -7, 2**31 - 1, 123456789], [7, 7, 3, 3, -2, -10]),
+    "int64": ([2**30 + 3, -(2**30 + 3), 2**40 + 5, -(2**45 + 9), 2**52 + 7, 123456789012], [7, 7, 3, 10, -6, -10]),
+    "uint32": ([2**32 - 1, 2**31 + 7, 16777219, 5, 4000000000, 3], [7, 3, 2, 2, 999, 5]),
+}
+
+
+@pytest.mark.parametrize("dtype", list(LARGE))
+@pytest.mark.parametrize("op, attrs", [("Mod", {"fmod": 0}), ("Mod", {"fmod": 1}), ("Div", {})])
+def test_integer_division_large_values(op, attrs, dtype, tmp_path):
+    """MindSpore's integer fmod and rounding_mode="trunc" division go through float32: not used."""
+    a, b = (np.array(v, dtype) for v in LARGE[dtype])
+    check_op(op, [x(data=a), x(data=b)], attrs, tmp_path, opset=13)
+
+
 def test_mod_uint64_refused():
     ones = np.ones(3, np.uint64)
     check_unsupported("Mod", [x(data=ones), x(data=ones)], {}, "uint64", opset=13)

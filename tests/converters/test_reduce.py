@@ -236,3 +236,9 @@ def test_cumsum_axis_int32_scalar(tmp_path):
 
 def test_cumsum_runtime_axis_refused():
     check_unsupported("CumSum", [x(3, 4), x(data=np.array(1, np.int64))], {}, "axis", opset=14)
+
+
+def test_reduce_log_sum_exp_large_values(tmp_path):
+    """exp overflows float32 past ~88: the max is taken out first, as in onnxruntime."""
+    data = np.array([[100.0, 90.0, -50.0], [-1000.0, -1001.0, -999.0]], np.float32)
+    check_op("ReduceLogSumExp", [x(data=data), i64(1)], {}, tmp_path, opset=18)

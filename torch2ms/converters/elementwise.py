@@ -2,14 +2,18 @@
 one exists (``a + b``), so the generated code reads like hand-written MindSpore.
 
 ONNX ``Div`` on integers truncates toward zero, while ``/`` on MindSpore integer tensors is true
-division (a float result): integer Div is ``ops.div(..., rounding_mode="trunc")``. ``Max``,
-``Min``, ``Sum`` and ``Mean`` take one or more inputs.
+division (a float result): integer Div is ``ops.truncate_div``, which is exact up to 32 bits and
+for int64 up to 2**53 (``ops.div(..., rounding_mode="trunc")`` goes through float32: wrong past
+2**24). ``Max``, ``Min``, ``Sum`` and ``Mean`` take one or more inputs.
 
 ``Mod``: ``fmod=1`` is C's fmod (the sign of A), ``fmod=0`` Python's % (the sign of B), for floats
-only from opset 28. MindSpore's ``ops.fmod``/``ops.remainder`` differ from ONNX where B is
+only from opset 28. Floats: MindSpore's ``ops.fmod``/``ops.remainder`` differ from ONNX where B is
 infinite (ONNX: A, or B when the signs differ under fmod=0; MindSpore: NaN), so a B that is not a
-finite constant is guarded; float16 is computed in float32 (``x - floor(x / y) * y`` in float16
-loses the last bits); uint32 goes through int64 (no GRAPH-mode kernel).
+finite constant is guarded; float16 is computed in float32 (in float16 it loses the last bits).
+Integers: ``ops.remainder`` is exact (int64: up to 2**53); integer ``ops.fmod`` goes through
+float32, so fmod=1 is ``A - truncate_div(A, B) * B``; unsigned fmod=1 equals fmod=0; uint32 goes
+through int64 (no GRAPH-mode kernel); uint64 is refused (no GRAPH-mode kernel, and the PyNative
+one goes through float64).
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ for _op, _fn in VARIADIC.items():
 def div(em):
     """Div(A, B) -> C   as A / B; integer division truncates toward zero"""
     if em.value(0).dtype is not None and em.value(0).dtype.kind in "iu":
-        return f'ops.div({em.operand(0)}, {em.operand(1)}, rounding_mode="trunc")'
+        return f"ops.truncate_div({em.operand(0)}, {em.operand(1)})"
     return f"{em.operand(0)} / {em.operand(1)}"
 
 
@@ -89,16 +93,20 @@ def _mod(em, fmod: int) -> str:
     if dtype.kind == "f" and not fmod and em.graph.opset < 28:
         raise Unsupported("fmod=0 on float inputs is defined from opset 28 on (set fmod=1)")
     if dtype == np.uint64:
-        raise Unsupported("Mod on uint64 not supported (MindSpore has no CPU kernel for it in GRAPH mode)")
+        raise Unsupported("Mod on uint64 not supported (MindSpore has no exact CPU kernel for it)")
+    if dtype.kind == "u":  # fmod=1 is fmod=0 on unsigned integers
+        if dtype == np.uint32:
+            return f"ops.cast(ops.remainder(ops.cast({a}, ms.int64), ops.cast({b}, ms.int64)), ms.uint32)"
+        return f"ops.remainder({a}, {b})"
+    if dtype.kind == "i":
+        return f"{a} - ops.truncate_div({a}, {b}) * {b}" if fmod else f"ops.remainder({a}, {b})"
     fn = "ops.fmod" if fmod else "ops.remainder"
-    if dtype == np.uint32:
-        return f"ops.cast({fn}(ops.cast({a}, ms.int64), ops.cast({b}, ms.int64)), ms.uint32)"
     if dtype == np.float16:
         core = f"ops.cast({fn}(ops.cast({a}, ms.float32), ops.cast({b}, ms.float32)), ms.float16)"
     else:
         core = f"{fn}({a}, {b})"
     divisor = em.const(1)
-    if dtype.kind != "f" or (divisor is not None and np.isfinite(divisor).all()):
+    if divisor is not None and np.isfinite(divisor).all():
         return core
     finite_by_inf = f"ops.isinf({b}) & ops.isfinite({a})"
     inf_result = a if fmod else f"ops.where({a} * {b} < 0, {b}, {a})"
