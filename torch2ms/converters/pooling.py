@@ -351,5 +351,5 @@ def col2im(em, *, dilations=None, pads=None, strides=None):
 
 refuse(
     "MaxRoiPool",
-    reason="MindSpore 2.10 has no RoI max pooling (no ops.ROIPooling); its bins depend on the RoI values",
+    reason="MindSpore 2.10 has no RoI max pooling (no ops.ROIPooling); open-coded, every bin would mask the whole map",
 )
