@@ -30,10 +30,11 @@ def flat(text: str) -> str:
 
 
 def unsupported_model() -> onnx.ModelProto:
-    """Two GridSamples and a CumSum (no converter), a cubic Resize and a 1-D Conv (values the
-    converters refuse), and supported Relu / Conv around them."""
+    """Two GridSamples and a CumSum (no converter), a cubic Resize and a Conv whose weight is
+    computed at run time (values the converters refuse), and supported Relu / Conv around them."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [1, 4, 10])
+    w1 = helper.make_tensor_value_info("w1", TensorProto.FLOAT, [4, 4, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
     inits = [
@@ -41,7 +42,6 @@ def unsupported_model() -> onnx.ModelProto:
         helper.make_tensor("axis", TensorProto.INT64, [], [1]),
         helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2]),
         helper.make_tensor("w2", TensorProto.FLOAT, [3, 3, 3, 3], np.ones(81, np.float32)),
-        helper.make_tensor("w1", TensorProto.FLOAT, [4, 4, 3], np.ones(48, np.float32)),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w2"], ["c0"], name="/stem/Conv", pads=[1, 1, 1, 1]),
@@ -52,7 +52,7 @@ def unsupported_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["c"], ["y"], name="/tail/Relu"),
         helper.make_node("Conv", ["seq", "w1"], ["z"], name="/seq/Conv", pads=[1, 1]),
     ]
-    graph = helper.make_graph(nodes, "g", [x, seq], [y, z], initializer=inits)
+    graph = helper.make_graph(nodes, "g", [x, seq, w1], [y, z], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
@@ -66,9 +66,7 @@ def test_every_unsupported_op_and_value_is_reported_grouped(tmp_path, capsys):
     assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /head/GridSample\n", msg), msg
     assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /tail/CumSum\n", msg), msg
     assert re.search(r"Resize\s+x1\s+mode='cubic' not supported\s+first node: /up/Resize\n", msg), msg
-    assert re.search(
-        r"Conv\s+x1\s+only 2-D convolution is supported \(input rank 3\)\s+first node: /seq/Conv\n", msg
-    ), msg
+    assert re.search(r"Conv\s+x1\s+weight \(input 1\) must be a constant\s+first node: /seq/Conv\n", msg), msg
     assert "/stem/Conv" not in msg and "Relu" not in msg  # the supported nodes are not listed
     assert "hint: see `torch2ms ops` for the supported operators" in msg
     assert "OK" not in captured.out
