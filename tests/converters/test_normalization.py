@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from converters.helpers import check_op, check_unsupported, const, i64, rand, x
-
-from torch2ms.converters.reduce import REDUCTIONS
+from converters.helpers import check_op, check_unsupported, const, rand, x
 
 
 def _bn_stats(c: int):
@@ -66,32 +64,6 @@ def test_layer_normalization_statistics(shape, axis, n_outputs, tmp_path):
     """The Mean and InvStdDev outputs."""
     inputs = [x(*shape), const(rand(*shape[axis:], seed=1, low=0.5, high=1.5)), const(rand(*shape[axis:], seed=2))]
     check_op("LayerNormalization", inputs, {"axis": axis, "epsilon": 1e-3}, tmp_path, n_outputs=n_outputs)
-
-
-AXES = {"spatial": [2, 3], "channel": [1], "negative": [-1], "all": None, "mixed": [0, -1]}
-
-
-@pytest.mark.parametrize("keepdims", [0, 1])
-@pytest.mark.parametrize("axes", list(AXES))
-@pytest.mark.parametrize("op", sorted(REDUCTIONS))
-def test_reduce(op, axes, keepdims, tmp_path):
-    """Axes as the attribute (opset 11/13) and as the input (from the opset the op changed)."""
-    data = x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=0.5, high=1.5))
-    since_input = REDUCTIONS[op][3]
-    ax = AXES[axes]
-    attr_opset = 11 if since_input > 11 else None
-    if attr_opset:
-        attrs = {"keepdims": keepdims} | ({"axes": ax} if ax is not None else {})
-        check_op(op, [data], attrs, tmp_path / "attr", opset=attr_opset)
-    inputs = [data] + ([i64(*ax)] if ax is not None else [])
-    check_op(op, inputs, {"keepdims": keepdims}, tmp_path / "input", opset=max(since_input, 13))
-
-
-@pytest.mark.parametrize("noop", [0, 1])
-def test_reduce_mean_empty_axes(noop, tmp_path):
-    check_op(
-        "ReduceMean", [x(2, 3, 4), const(np.zeros(0, np.int64))], {"noop_with_empty_axes": noop}, tmp_path, opset=18
-    )
 
 
 # --- instance / group normalization (nn.GroupNorm) ---
