@@ -24,8 +24,9 @@ the average pool above (padding counted) times the window size.
 
 RoiAlign is ``ops.ROIAlign`` with ``roi_end_mode=0``, which samples exactly as ONNX's
 ``output_half_pixel`` (PyTorch's ``aligned=False``) for a fixed ``sampling_ratio``; its RoIs are
-``(batch index, x1, y1, x2, y2)`` rows, so ``batch_indices`` is concatenated in front. Col2Im is
-``ops.fold``, onto the padded image and then cropped when the pads differ at the two ends.
+``(batch index, x1, y1, x2, y2)`` rows, so ``batch_indices`` is concatenated in front. Col2Im of a 2-D
+image is ``ops.fold``, onto the padded image and then cropped when the pads differ at the two
+ends; of a 1-D or 3-D image, a scatter-add (``ops.scatter_nd``) with constant pixel indices.
 """
 
 from __future__ import annotations
@@ -321,15 +322,16 @@ def roi_align(
 
 @converter("Col2Im", since=18)
 def col2im(em, *, dilations=None, pads=None, strides=None):
-    """Col2Im(input, image_shape, block_shape) -> output   attrs: dilations, pads, strides; 2-D images, as ops.fold"""
+    """Col2Im(input, image_shape, block_shape) -> output   attrs: dilations, pads, strides; 2-D as ops.fold"""
     image = [int(v) for v in em.require_const(1, "image_shape")]
     block = [int(v) for v in em.require_const(2, "block_shape")]
-    if len(image) != 2:
-        raise Unsupported(f"{len(image)}-D images not supported (ops.fold folds 2-D images)")
-    dilations = [int(d) for d in (dilations or [1, 1])]
-    strides = [int(s) for s in (strides or [1, 1])]
-    pads = [int(p) for p in (pads or [0, 0, 0, 0])]
-    begins, ends = pads[:2], pads[2:]
+    n = len(image)
+    dilations = [int(d) for d in (dilations or [1] * n)]
+    strides = [int(s) for s in (strides or [1] * n)]
+    pads = [int(p) for p in (pads or [0] * (2 * n))]
+    begins, ends = pads[:n], pads[n:]
+    if n != 2:
+        return _col2im_scatter(em, image, block, dilations, strides, begins, ends)
     kw = {}
     if any(d != 1 for d in dilations):
         kw["dilation"] = _squash(dilations)
@@ -343,13 +345,34 @@ def col2im(em, *, dilations=None, pads=None, strides=None):
         kw["stride"] = _squash(strides)
     args = "".join(f", {k}={literal(v)}" for k, v in kw.items())
     expr = f"ops.fold({em.x(0)}, ms.Tensor({tuple(size)!r}, ms.int32), {_squash(block)!r}{args})"
-    if begins != ends:
-        crop = ", ".join(f"{b}:{b + i}" for b, i in zip(begins, image))
-        expr = f"{expr}[:, :, {crop}]"
-    return expr
+    return expr if begins == ends else expr + _crop(begins, image)
+
+
+def _crop(begins, image) -> str:
+    return "[:, :, " + ", ".join(f"{b}:{b + i}" for b, i in zip(begins, image)) + "]"
+
+
+def _col2im_scatter(em, image, block, dilations, strides, begins, ends) -> str:
+    """Col2Im of a 1-D or 3-D image (no ops.fold for those): one scatter-add of every column entry
+    to its pixel of the padded image (``ops.scatter_nd`` sums repeated indices), then the crop."""
+    padded = [i + b + e for i, b, e in zip(image, begins, ends)]
+    counts = [(p - (k - 1) * d - 1) // s + 1 for p, k, d, s in zip(padded, block, dilations, strides)]
+    # padded-image coordinate of (block offset k, block position l), per axis, as a flat index
+    coords = np.zeros((int(np.prod(block)), int(np.prod(counts))), np.int64)
+    for k_idx, k in enumerate(np.ndindex(*block)):
+        for l_idx, pos in enumerate(np.ndindex(*counts)):
+            point = [p * s + o * d for p, s, o, d in zip(pos, strides, k, dilations)]
+            coords[k_idx, l_idx] = np.ravel_multi_index(point, padded)
+    batch, channels = int(em.shape(0)[0]), int(em.out_shape()[1])
+    rows = batch * channels
+    index = em.tensor(coords.reshape(-1, 1).astype(np.int32), em.name_hint("col2im") + "_pixel")
+    columns = f"ops.transpose(ops.reshape({em.x(0)}, {em.shape_code((rows, coords.size))}), (1, 0))"
+    image_rows = f"ops.scatter_nd({index}, {columns}, {em.shape_code((int(np.prod(padded)), rows))})"
+    expr = f"ops.reshape(ops.transpose({image_rows}, (1, 0)), {em.shape_code((batch, channels, *padded))})"
+    return expr + _crop(begins, image) if any(begins + ends) else expr
 
 
 refuse(
     "MaxRoiPool",
-    reason="MindSpore 2.10 has no RoI max pooling (no ops.ROIPooling); its bins depend on the RoI values",
+    reason="MindSpore 2.10 has no RoI max pooling (no ops.ROIPooling); open-coded, every bin would mask the whole map",
 )
