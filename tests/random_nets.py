@@ -7,7 +7,7 @@ groups dividing the channels, optional bias/BatchNorm/activation), standalone Ba
 activations (ReLU, ReLU6, Hardswish, Sigmoid, SiLU, GELU), max/avg pooling (ceil_mode, avg's
 count_include_pad), bilinear resize (scale or size, align_corners both), concat of branches,
 residual add, and an optional linear head. BatchNorm statistics are randomized by the model
-loader (recipe ``model.randomize_norm``, on by default).
+loader (recipe ``model.init``).
 
 Every drawn block is run on the current shape while drawing; a draw PyTorch rejects or that
 shrinks a side to nothing is discarded with ``assume``, so only valid networks reach a test.

@@ -31,18 +31,46 @@ class OutputMetrics:
 
 @dataclass(frozen=True)
 class Tolerance:
+    """When a stage's output counts as PyTorch's.
+
+    The bound is the recipe's (``rel_error``, ``cosine``), widened only for a network that is
+    itself sensitive: ``floor`` holds, per output, onnxruntime's own distance from PyTorch on the
+    same inputs (two correct float32 implementations that differ only in summation order), and
+    an output passes within ``noise_factor`` times that distance when this is looser than the
+    recipe's bound. A well-conditioned network's floor is ~1e-6, far inside the default 1e-4, so
+    the recipe's bound applies and a real bug (a wrong padding, epsilon, weight or sign in one
+    layer) still fails; an ill-conditioned one (outputs through saturated sigmoids, activations
+    of 1e4) is judged against what float32 can do for it. ``bound()`` says which bound applied.
+    """
+
     rel_error: float = 1e-4
     cosine: float = 0.99999
     argmax_agreement: float = 0.0
+    noise_factor: float = 0.0
+    floor: dict[str, tuple[float, float]] | None = None  # output -> (rel_error, cosine) of onnxruntime
+
+    def bound(self, name: str) -> dict:
+        """The relative-error and cosine bounds for output ``name`` and which rule set them."""
+        rel, cos, by = self.rel_error, self.cosine, "recipe"
+        floor = (self.floor or {}).get(name)
+        if floor and self.noise_factor > 0 and all(math.isfinite(v) for v in floor):
+            noisy_rel = self.noise_factor * floor[0]
+            noisy_cos = 1.0 - self.noise_factor * (1.0 - floor[1])
+            if noisy_rel > rel or noisy_cos < cos:
+                rel, cos = max(rel, noisy_rel), min(cos, noisy_cos)
+                by = f"{self.noise_factor:g}x onnxruntime's distance from PyTorch"
+        return {"rel_error": rel, "cosine": cos, "by": by}
 
     def violations(self, m: OutputMetrics) -> list[str]:
         if m.nonfinite:
             return [m.nonfinite]
+        b = self.bound(m.name)
+        why = "" if b["by"] == "recipe" else f" ({b['by']})"
         out = []
-        if not m.rel_error <= self.rel_error:
-            out.append(f"relative error {m.rel_error:.3g} > {self.rel_error:.3g}")
-        if not m.cosine >= self.cosine:
-            out.append(f"cosine {m.cosine:.7f} < {self.cosine}")
+        if not m.rel_error <= b["rel_error"]:
+            out.append(f"relative error {m.rel_error:.3g} > {b['rel_error']:.3g}{why}")
+        if not m.cosine >= b["cosine"]:
+            out.append(f"cosine {m.cosine:.7f} < {b['cosine']:.7g}{why}")
         if m.argmax_agreement is not None and m.argmax_agreement < self.argmax_agreement:
             out.append(f"argmax agreement {m.argmax_agreement:.4f} < {self.argmax_agreement}")
         return out

@@ -79,8 +79,10 @@ def build_model(recipe: Recipe):
         raise ModelError(f"model.factory: {spec.factory} returned {type(model).__name__}, not a torch.nn.Module")
     if spec.checkpoint:
         load_checkpoint(model, recipe.resolve(spec.checkpoint))
-    elif spec.randomize_norm:
+    elif spec.init == "randomized":
         randomize_norm(model, spec.seed)
+    elif spec.init == "calibrated":
+        calibrate_norm(model, [tuple(i.shape) for i in recipe.inputs], spec.seed)
     return model.eval()
 
 
@@ -136,6 +138,66 @@ def load_checkpoint(model, path: Path) -> None:
                 )
         raise ModelError("\n".join(lines), hint="is it the checkpoint of this model and these model.kwargs?")
     model.load_state_dict(state, strict=True)
+
+
+CALIBRATION_PASSES = 4
+CALIBRATION_BATCH = 4
+
+
+def calibrate_norm(model, input_shapes: list[tuple[int, ...]], seed: int, passes: int = CALIBRATION_PASSES) -> int:
+    """Trained-like BatchNorm: seeded non-trivial gamma/beta, then running statistics measured.
+
+    Random init with random statistics makes activations grow with depth (inception_v3 reached
+    ~1e12, deep SE nets ~4e4, where saturated sigmoids turned float32 noise into a false
+    failure). Here every BatchNorm first gets seeded gamma in [0.5, 1.5] and beta in [-0.2, 0.2]
+    (so folding is still exercised), then its statistics are reset and re-measured as the
+    cumulative average (``momentum=None``) over ``passes`` train-mode forward passes on seeded
+    standard-normal inputs of the recipe's shapes; only the BatchNorms are in train mode (dropout
+    stays off). Returns how many layers were calibrated.
+    """
+    import torch
+
+    norms = [
+        m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
+    if not norms:
+        return 0
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in norms:
+            if m.affine:
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.num_features, generator=g) * 0.4 - 0.2)
+            m.reset_running_stats()
+    momenta = [m.momentum for m in norms]
+    model.eval()
+    for m in norms:
+        m.momentum = None
+        m.train()
+    # A batch of CALIBRATION_BATCH where the model accepts one: train-mode BatchNorm needs more than
+    # one value per channel (a BatchNorm after global pooling sees 1x1 maps); else the recipe's shapes.
+    batched = [(CALIBRATION_BATCH, *shape[1:]) if shape else shape for shape in input_shapes]
+    try:
+        with torch.no_grad():
+            for shapes in (batched, input_shapes):
+                try:
+                    for _ in range(passes):
+                        model(*[torch.randn(*shape, generator=g) for shape in shapes])
+                    break
+                except Exception as err:
+                    if shapes is input_shapes:
+                        raise ModelError(
+                            f"model.init: calibrated: a train-mode pass of the BatchNorms failed"
+                            f" ({type(err).__name__}: {err})",
+                            hint="set model.init: randomized (seeded random statistics) or as_is",
+                        ) from None
+                    for m in norms:
+                        m.reset_running_stats()
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+        model.eval()
+    return len(norms)
 
 
 def randomize_norm(model, seed: int) -> int:

@@ -29,10 +29,12 @@ class ModelSpec(_Strict):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = Field(default=None, description="state_dict file, loaded with weights_only=True")
     seed: int = Field(default=0, description="torch seed for random init when no checkpoint is given")
-    randomize_norm: bool = Field(
-        default=True,
-        description="without a checkpoint, give BatchNorm non-trivial statistics and affine "
-        "parameters (seeded) so that the checks exercise them",
+    init: Literal["calibrated", "randomized", "as_is"] = Field(
+        default="calibrated",
+        description="without a checkpoint: 'calibrated' gives BatchNorm seeded non-trivial gamma/beta, then "
+        "statistics measured by train-mode passes on seeded inputs (trained-like activation ranges); "
+        "'randomized' seeds random statistics too (activations can explode with depth); 'as_is' keeps "
+        "the factory's initialisation",
     )
 
     @field_validator("factory")
@@ -64,6 +66,12 @@ class CheckSpec(_Strict):
     rel_error: float = Field(default=1e-4, gt=0, le=1, description="max |a-b| / max |reference|")
     cosine: float = Field(default=0.99999, ge=0.5, le=1)
     argmax_agreement: float = Field(default=0.0, ge=0, le=1, description="minimum argmax agreement (0: report only)")
+    noise_factor: float = Field(
+        default=10.0,
+        ge=0,
+        description="a stage also passes within this many times onnxruntime's own distance from PyTorch "
+        "(the network's float32 noise floor, measured at export) when that is looser; 0: the recipe's bound only",
+    )
     task_agreement: float | None = Field(
         default=None, ge=0, le=1, description="minimum task agreement with PyTorch (default: the task's own gate)"
     )

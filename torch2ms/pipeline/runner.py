@@ -117,6 +117,8 @@ class Runner:
         self.stages = stages if stages is not None else all_stages()
         self.names = [st.name for st in self.stages]
         self.ctx.stages = self.stages
+        # per output: onnxruntime's (rel_error, cosine) against PyTorch, from the noise-floor stage
+        self.floor: dict[str, tuple[float, float]] | None = None
         self.versions = framework_versions()
 
     def run(self, from_stage: str | None = None, force: bool = False, until: str | None = None) -> RunResult:
@@ -158,6 +160,7 @@ class Runner:
                 if not forced and record and record.get("status") == "passed" and record.get("fingerprint") == fp:
                     changed = self.run_dir.changed_artifacts(stage.name, record)
                     if not changed:
+                        self._note_floor(stage, record)
                         result.stages.append(StageResult(stage.name, "up to date", record, declared=stage))
                         self.on_stage(stage.name, "up to date")
                         prev_fp = fp
@@ -166,6 +169,7 @@ class Runner:
                     self.ctx.log(f"{stage.name}: {', '.join(changed)} changed since it was written; running it again")
                 self.on_stage(stage.name, "running")
                 res = self._execute(stage, fp, fp_payload, done)
+                self._note_floor(stage, res.record)
                 result.stages.append(res)
                 self.on_stage(stage.name, res.status)
                 prev_fp = fp
@@ -176,6 +180,10 @@ class Runner:
             self.run_dir.unlock()
             result.seconds = time.perf_counter() - t_start
         return result
+
+    def _note_floor(self, stage: Stage, record: dict | None) -> None:
+        if stage.noise_floor and record:
+            self.floor = {m["name"]: (float(m["rel_error"]), float(m["cosine"])) for m in record.get("metrics", [])}
 
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
@@ -209,6 +217,7 @@ class Runner:
         metrics: list[OutputMetrics] = []
         violations: list[str] = []
         task_result = None
+        bounds = {}
         if produced.outputs is not None:
             _, ref_out = self.ctx.reference()
             try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
@@ -218,9 +227,12 @@ class Runner:
                 raise StageFailed(
                     f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
                 ) from err
-            tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine, self.recipe.check.argmax_agreement)
+            check = self.recipe.check
+            floor = None if stage.noise_floor else self.floor
+            tol = Tolerance(check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor)
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
+            bounds = {m.name: tol.bound(m.name) for m in metrics}
             task_result, task_violation = self._task_check(produced.outputs, ref_out)
             if task_violation:
                 violations.append(task_violation)
@@ -239,6 +251,7 @@ class Runner:
             "seconds": round(seconds_run, 3),
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
+            "bounds": bounds,
             "task": task_result.to_dict() if task_result else None,
             "violations": violations,
             "diff": diff.summary() if diff is not None else None,

@@ -46,6 +46,9 @@ class Stage:
     writes: tuple[str, ...] = ()
     #: a failed check localizes the first diverging node of its network.py (torch2ms diff)
     localize: bool = False
+    #: its check compares onnxruntime with PyTorch: the network's float32 noise floor, which later
+    #: stages' tolerance may widen to (``check.noise_factor``)
+    noise_floor: bool = False
 
     def enabled(self, recipe: Recipe) -> bool:
         return True

@@ -51,6 +51,7 @@ class ExportStage(Stage):
     summary = "PyTorch -> ONNX with BatchNorm kept, plus seeded sample inputs and PyTorch's outputs"
     section = "export"
     writes = ("model.onnx", "reference.npz")
+    noise_floor = True
 
     def config(self, recipe) -> dict:
         """The export section, the model spec, and the bytes behind it: the factory's source file,
@@ -67,8 +68,10 @@ class ExportStage(Stage):
         return {**super().config(recipe), "model": model, **({"inputs_data_sha256": data} if data else {})}
 
     def notes(self, record: dict) -> str:
-        c = record.get("counts", {})
-        return f"{c.get('onnx_nodes')} ONNX nodes, {c.get('batchnorm_nodes')} BatchNorm"
+        c, e = record.get("counts", {}), record.get("extra", {})
+        reached = e.get("max_abs_activation")
+        scale = f", activations up to {reached:.3g}" if reached is not None else ""
+        return f"{c.get('onnx_nodes')} ONNX nodes, {c.get('batchnorm_nodes')} BatchNorm{scale}"
 
     def run(self, ctx, out: Path) -> StageOutput:
         import torch
@@ -81,7 +84,7 @@ class ExportStage(Stage):
             model = ctx.cache["torch_model"] = build_model(recipe)
         samples = sample_inputs(recipe)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), activation_range(model) as reached:
                 raw_out = [model(*[torch.from_numpy(v) for v in s.values()]) for s in samples]
         except Exception as err:
             shapes = ", ".join(f"{i.name} {list(i.shape)}" for i in recipe.inputs)
@@ -155,7 +158,34 @@ class ExportStage(Stage):
             "batchnorm_nodes": ops.get("BatchNormalization", 0),
             "onnx_ops": dict(sorted(ops.items())),
         }
-        return StageOutput(ort_out, counts=counts, extra={"tracer_warnings": tracer} if tracer else {})
+        extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **reached}
+        if tracer:
+            extra["tracer_warnings"] = tracer
+        return StageOutput(ort_out, counts=counts, extra=extra)
+
+
+@contextlib.contextmanager
+def activation_range(model):
+    """Track the largest |value| any module of ``model`` outputs while the block runs (what random
+    init reaches: trained-like after calibration, up to ~1e12 without it). Yields a dict that holds
+    ``max_abs_activation`` and the module reaching it once the block ends."""
+    import torch
+
+    found = {"max_abs_activation": 0.0, "max_abs_activation_at": ""}
+
+    def hook(module, _inputs, output):
+        if isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel():
+            value = float(output.detach().abs().max())
+            if value > found["max_abs_activation"] or value != value:
+                found["max_abs_activation"], found["max_abs_activation_at"] = value, names.get(module, "")
+
+    names = {m: n for n, m in model.named_modules() if n}
+    handles = [m.register_forward_hook(hook) for m in names]
+    try:
+        yield found
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _existing_file_sha256(recipe, path: str, field: str) -> str:

@@ -1,0 +1,57 @@
+"""The tolerance rule: the recipe's bound, widened to ``noise_factor`` times onnxruntime's own
+distance from PyTorch only where that is looser; and calibrated BatchNorm statistics keep deep
+random networks in a trained-like range where randomized ones explode."""
+
+from __future__ import annotations
+
+import torch
+
+from torch2ms.compare import OutputMetrics, Tolerance
+from torch2ms.model_loader import calibrate_norm, randomize_norm
+from torch2ms.stages.export import activation_range
+
+
+def metrics(rel: float, cos: float = 1.0, name: str = "out") -> OutputMetrics:
+    return OutputMetrics(name, rel, rel, rel, cos, None)
+
+
+def test_a_well_conditioned_network_is_judged_by_the_recipe():
+    tol = Tolerance(1e-4, 0.99999, noise_factor=10, floor={"out": (2e-7, 1.0)})
+    assert tol.bound("out") == {"rel_error": 1e-4, "cosine": 0.99999, "by": "recipe"}
+    assert tol.violations(metrics(3e-4)) == ["relative error 0.0003 > 0.0001"]
+
+
+def test_a_sensitive_network_is_judged_against_its_noise_floor():
+    tol = Tolerance(1e-4, 0.99999, noise_factor=10, floor={"out": (2e-3, 0.999999)})
+    bound = tol.bound("out")
+    assert bound["rel_error"] == 2e-2 and abs(bound["cosine"] - 0.99999) < 1e-9 and "onnxruntime" in bound["by"]
+    assert tol.violations(metrics(1.2e-2)) == []
+    assert tol.violations(metrics(3e-2))[0].startswith("relative error 0.03 > 0.02 (10x onnxruntime's")
+    # another output keeps the recipe's bound; noise_factor 0 turns the rule off
+    assert tol.bound("other")["by"] == "recipe"
+    assert Tolerance(1e-4, 0.99999, noise_factor=0, floor={"out": (2e-3, 0.9)}).bound("out")["by"] == "recipe"
+
+
+def _reached(model) -> float:
+    model.eval()
+    with torch.no_grad(), activation_range(model) as got:
+        model(torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(5)))
+    return got["max_abs_activation"]
+
+
+def test_calibrated_statistics_keep_a_deep_net_in_range():
+    """torchvision's ResNet-50 with random weights: random BatchNorm statistics let activations grow
+    to thousands (measured: ~3e3 at 64x64, ~7e3 at 224x224); calibrated ones keep them trained-like."""
+    import torchvision
+
+    torch.manual_seed(0)
+    randomized = torchvision.models.resnet50()
+    randomize_norm(randomized, 0)
+    torch.manual_seed(0)
+    calibrated = torchvision.models.resnet50()
+    assert calibrate_norm(calibrated, [(1, 3, 64, 64)], 0) == 53
+    assert _reached(calibrated) < 100
+    assert _reached(randomized) > 20 * _reached(calibrated)
+    bn = calibrated.bn1
+    assert bn.momentum == 0.1 and not bn.training  # restored after the train-mode passes
+    assert not torch.allclose(bn.running_var, torch.ones(64)) and not torch.allclose(bn.weight, torch.ones(64))
