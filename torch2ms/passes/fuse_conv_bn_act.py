@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import Act, FormulaPattern, activation_of, per_channel_slope
 from torch2ms.passes.base import Pass
@@ -145,7 +146,7 @@ class FuseConvBnAct(Pass):
         ):
             return "conv weights are not constant"
         if m.bn is not None:
-            if m.bn.attrs.get("training_mode", 0) or len([o for o in m.bn.outputs if o]) > 1:
+            if batchnorm_in_training(m.bn):
                 return "BatchNormalization in training mode"
             if any(graph.const(i) is None for i in m.bn.inputs[1:5]):
                 return "BatchNormalization statistics are not constant"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import ONNX, FormulaPattern
 from torch2ms.passes.base import Pass
@@ -96,7 +97,7 @@ class FuseDenseBnAct(Pass):
             if problem:
                 return problem
         if m.bn is not None:
-            if m.bn.attrs.get("training_mode", 0) or len([o for o in m.bn.outputs if o]) > 1:
+            if batchnorm_in_training(m.bn):
                 return "BatchNormalization in training mode"
             if any(graph.const(i) is None for i in m.bn.inputs[1:5]):
                 return "BatchNormalization statistics are not constant"
