@@ -501,3 +501,34 @@ def test_rebuild_passes_without_fusion_still_write_one_call_per_activation(tmp_p
     source, fired = check_model(model, feeds, tmp_path, passes=rebuild_passes(False), rel_tol=2e-5)
     assert "fuse_conv_bn_act" not in fired and "nn.Conv2dBnAct" not in source
     assert source.count("ops.silu(") == 2 and "ops.gelu(" in source and "ops.sigmoid(" not in source
+
+
+# --- the figure the rebuild stage reports -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "act, notes, cell",
+    [
+        (torch.nn.SiLU(), "1 Conv2dBnAct (Silu 1), 0 BatchNorm left; Conv->act fused 1/1", "1/1"),
+        (
+            Fn(lambda y: y * torch.sigmoid(y) + torch.sigmoid(y)),
+            "1 Conv2dBnAct (none 1), 0 BatchNorm left; Conv->act fused 0/1; 1 left, 1x Silu: "
+            "Sigmoid output has 2 consumers",
+            "0/1",
+        ),
+    ],
+    ids=["fused", "left"],
+)
+def test_rebuild_notes_and_zoo_summary_carry_the_coverage(act, notes, cell):
+    from torch2ms.stages.rebuild import RebuildStage
+    from torch2ms.zoo import summary
+    from torch2ms.zoo.launch import coverage_cell
+
+    model, feeds = _conv_block(act)
+    graph = graph_of(model, feeds)
+    passes = rebuild_passes()
+    run_passes(graph, passes)
+    record = {"counts": {"conv2d_bn_act": 1, "batchnorm_layers": 0, "fusion": fusion_counts(graph, passes)}}
+    assert RebuildStage().notes(record) == notes
+    row = {"name": "m", "status": "passed", "stages": {}, "fusion_coverage": coverage_cell(record["counts"]["fusion"])}
+    assert summary.cells(row)[summary.COLUMNS.index("fusion coverage")] == cell

@@ -58,12 +58,25 @@ def fusion_counts(graph: Graph, passes: list[Pass]) -> dict:
 
 
 def coverage_text(counts: dict) -> str:
-    """``Conv->act fused 49/49`` plus the most common reason something was left, for report notes."""
+    """Report notes: ``Conv->act fused 49/49`` (fused / chains whose activation the cell
+    supports) and, when some were left, how many and the most common reason."""
     c = counts.get("conv_chains")
-    if not c:
+    if not c or not c["found"]:
         return ""
     text = f"Conv->act fused {c['fused']}/{c['supported']}"
     if c["unfused"]:
         top = c["unfused"][0]
-        text += f"; {c['found'] - c['fused']} left, e.g. {top['kind']}: {top['reason']}"
+        text += f"; {c['found'] - c['fused']} left, {top['count']}x {top['kind']}: {top['reason']}"
     return text
+
+
+def blocks_text(counts: dict) -> str:
+    """``Silu 49, Sigmoid 16``: the Conv2dBnAct blocks by activation, most first."""
+    blocks = counts.get("conv_blocks") or {}
+    return ", ".join(f"{k} {n}" for k, n in sorted(blocks.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def coverage_cell(counts: dict | None) -> str | None:
+    """The zoo summary's "fusion coverage" cell: Conv->(BN)->act chains fused / found."""
+    c = (counts or {}).get("conv_chains")
+    return f"{c['fused']}/{c['supported']}" if c else None
