@@ -317,6 +317,28 @@ def test_norm_formula_becomes_one_layer(name, tmp_path):
     assert code in source and "ops.mean(" not in body and "ops.sqrt(" not in body, source
 
 
+def test_layer_norm_spelled_with_two_subs_and_a_reciprocal(tmp_path):
+    """(x - u) written twice, the square as a Mul, and d * Reciprocal(Sqrt(var + eps))."""
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["u"], name="/ln/ReduceMean", axes=[-1]),
+        helper.make_node("Sub", ["x", "u"], ["d"], name="/ln/Sub"),
+        helper.make_node("Sub", ["x", "u"], ["d2"], name="/ln/Sub_1"),
+        helper.make_node("Mul", ["d2", "d2"], ["sq"], name="/ln/Mul"),
+        helper.make_node("ReduceMean", ["sq"], ["var"], name="/ln/ReduceMean_1", axes=[-1]),
+        helper.make_node("Add", ["eps", "var"], ["ve"], name="/ln/Add"),
+        helper.make_node("Sqrt", ["ve"], ["std"], name="/ln/Sqrt"),
+        helper.make_node("Reciprocal", ["std"], ["inv"], name="/ln/Reciprocal"),
+        helper.make_node("Mul", ["d", "inv"], ["n"], name="/ln/Mul_1"),
+        helper.make_node("Mul", ["gamma", "n"], ["g"], name="/ln/Mul_2"),
+        helper.make_node("Add", ["g", "beta"], ["y"], name="/ln/Add_1"),
+    ]
+    consts = {"eps": 1e-5, "gamma": rand(4, low=0.5, high=1.5), "beta": rand(4, seed=2)}
+    model, feeds = _model(nodes, ["y"], consts, shape=(2, 3, 4))
+    source, fired = check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=["LayerNormalization"])
+    assert fired == {"fuse_layer_norm": 1, "fuse_group_norm": 0}
+    assert "nn.LayerNorm((4,)" in source
+
+
 @pytest.mark.parametrize(
     "module, shape, reason",
     [

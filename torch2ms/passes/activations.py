@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node, replace_node, topological
 
 ONNX = ("", "ai.onnx")
 # Activation kinds the fused cells (nn.Conv2dBnAct, nn.DenseBnAct, nn.Dense) can apply, in the
@@ -273,12 +273,12 @@ class FormulaPattern(Pass):
             inputs=[m.x] + m.extra,
             outputs=[m.root.outputs[0]],
             attrs=dict(m.attrs),
-            origin=[o for n in sorted(m.nodes, key=graph.nodes.index) for o in n.origin],
+            origin=[o for n in topological(graph, m.nodes) for o in n.origin],
         )
-        graph.nodes[graph.nodes.index(m.root)] = fused
+        replace_node(graph, m.root, fused)
         for n in m.nodes:
             if n is not m.root:
-                graph.nodes.remove(n)
+                remove_node(graph, n)
 
 
 class FuseSilu(FormulaPattern):

@@ -21,7 +21,7 @@ import numpy as np
 
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node
 from torch2ms.passes.fuse_conv_bn_act import SLOPE_INDEX, _single_consumer
 
 
@@ -77,5 +77,5 @@ class FoldBatchNorm(Pass):
             conv.inputs = [conv.inputs[0], w_name, b_name]
             conv.outputs = [bn.outputs[0]]
             conv.origin = conv.origin + [bn.name]
-            graph.nodes.remove(bn)
+            remove_node(graph, bn)
         graph.remove_dead()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import Act, FormulaPattern, activation_of, per_channel_slope
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node, replace_node
 
 BN_INPUTS = 4  # scale, bias, mean, var
 SLOPE_INDEX = 7
@@ -180,7 +180,7 @@ class FuseConvBnAct(Pass):
             attrs=attrs,
             origin=[o for n in (m.conv, m.bn, m.after.node) if n is not None for o in n.origin],
         )
-        graph.nodes[graph.nodes.index(m.conv)] = fused
+        replace_node(graph, m.conv, fused)
         for n in (m.bn, m.after.node):
             if n is not None:
-                graph.nodes.remove(n)
+                remove_node(graph, n)

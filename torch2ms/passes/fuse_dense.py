@@ -24,7 +24,7 @@ import numpy as np
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import ONNX, FormulaPattern
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node, replace_node
 from torch2ms.passes.fuse_conv_bn_act import (
     SLOPE_INDEX,
     ActAfter,
@@ -110,8 +110,11 @@ class FuseDenseBnAct(Pass):
         if layer.op_type == "Linear":
             return (list(layer.inputs) + [""] * 3)[:3]
         b = graph.const(layer.inputs[1])
-        w = (b.T if layer.attrs.get("transB", 0) else b) * np.float32(layer.attrs.get("alpha", 1.0))
-        w_name = graph.add_const(layer.inputs[1] + "_dense", np.ascontiguousarray(w, np.float32))
+        # B^T stays a view: the converter transposes back to nn.Dense's (out, in) = B without a copy
+        # (VGG's 25088 x 4096 classifier weight took seconds to copy twice).
+        w = b.T if layer.attrs.get("transB", 0) else b
+        alpha = layer.attrs.get("alpha", 1.0)
+        w_name = graph.add_const(layer.inputs[1] + "_dense", w if alpha == 1.0 else w * np.float32(alpha))
         bias = ""
         if len(layer.inputs) > 2 and layer.inputs[2]:
             c = graph.const(layer.inputs[2]).reshape(-1) * np.float32(layer.attrs.get("beta", 1.0))
@@ -145,7 +148,7 @@ class FuseDenseBnAct(Pass):
             attrs=attrs,
             origin=[o for n in (m.layer, m.bn, m.after.node) if n is not None for o in n.origin],
         )
-        graph.nodes[graph.nodes.index(m.layer)] = fused
+        replace_node(graph, m.layer, fused)
         for n in (m.bn, m.after.node):
             if n is not None:
-                graph.nodes.remove(n)
+                remove_node(graph, n)

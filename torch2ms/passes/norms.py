@@ -98,11 +98,17 @@ class FuseLayerNorm(FormulaPattern):
         sq = graph.producer(var.inputs[0])
         if sq is None or sq.domain not in ONNX:
             return None
+        d2 = sq.inputs[0]
         if not (
-            (sq.op_type == "Pow" and sq.inputs[0] == d and _float(graph, sq.inputs[1]) == 2.0)
-            or (sq.op_type == "Mul" and sq.inputs == [d, d])
+            (sq.op_type == "Pow" and _float(graph, sq.inputs[1]) == 2.0)
+            or (sq.op_type == "Mul" and sq.inputs == [d2, d2])
         ):
             return None
+        if d2 != d:  # the exporter may write x - mean twice, once for the variance
+            sub2 = _producer(graph, d2, "Sub")
+            if sub2 is None or sub2.inputs != sub.inputs:
+                return None
+            nodes.append(sub2)
         axes = _axes(graph, mean)
         shape = tuple(graph.values[x].shape or ())
         if axes is None or axes != _axes(graph, var) or axes != tuple(range(len(shape) - len(axes), len(shape))):
