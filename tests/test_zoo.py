@@ -107,7 +107,9 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         rows["tiny_net"]["conv2d_bn_act"],
         rows["tiny_net"]["batchnorm_folded"],
     ) == (18, 3, 3)
-    assert (rows["tiny_seg"]["conv2d_bn_act"], rows["tiny_seg"]["batchnorm_folded"]) == (1, 1)
+    # tiny_seg: Conv-BN-Hardswish, and the aux head's Conv -> Sigmoid (a Conv2dBnAct without BatchNorm)
+    assert (rows["tiny_seg"]["conv2d_bn_act"], rows["tiny_seg"]["batchnorm_folded"]) == (2, 1)
+    assert (rows["tiny_net"]["fusion_coverage"], rows["tiny_seg"]["fusion_coverage"]) == ("2/2", "2/2")
 
     md = (out / "summary.md").read_text()
     assert "**2/2 models passed (100.0%)**" in md

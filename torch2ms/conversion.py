@@ -12,7 +12,7 @@ from torch2ms.codegen.builder import CodeBuilder, GeneratedNetwork, class_name_f
 from torch2ms.converters.registry import Problem, analyse, format_problems
 from torch2ms.errors import UnsupportedOpsError
 from torch2ms.graph.ir import Graph
-from torch2ms.passes import Pass, fold_passes, rebuild_passes, run_passes
+from torch2ms.passes import Pass, fold_passes, fusion_counts, rebuild_passes, run_passes
 
 CONVENTIONS = [
     "BatchNorm momentum is MindSpore's (= 1 - PyTorch's momentum).",
@@ -70,6 +70,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "conv2d_bn_act": layers.get("nn.Conv2dBnAct", 0),
         "batchnorm_layers": sum(v for k, v in layers.items() if k.startswith("nn.BatchNorm")),
         "conv2d": layers.get("nn.Conv2d", 0),
+        # Conv/Dense -> (BN) -> activation chains found and fused, by activation, what was left and why
+        "fusion": fusion_counts(graph, passes),
         "graph_nodes": len(graph.nodes),
         "graph_ops": graph.op_counts(),
         "layers": layers,

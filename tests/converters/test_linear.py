@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
+from converters.test_conv import act_nodes
 from onnx import TensorProto, helper, numpy_helper
 
-from torch2ms.passes import MatMulToLinear
+from torch2ms.passes import MatMulToLinear, fold_passes, rebuild_passes
 
 
 def _gemm_inputs(m, k, n, trans_a, trans_b, c_shape):
@@ -144,3 +145,121 @@ def test_matmul_with_a_second_consumer_keeps_the_add(tmp_path):
 def test_matmul_by_a_runtime_matrix_is_not_a_layer(tmp_path):
     source = check_op("MatMul", [x(2, 3, 4), x(4, 5, seed=3)], {}, tmp_path, passes=[MatMulToLinear()])
     assert "nn.Dense" not in source
+
+
+# --- the fused Linear (FuseDenseBnAct: Gemm / Linear [+ BatchNorm1d] [+ activation]) ---
+
+
+def dense_model(act, *, layer="Gemm", bn=False, x_shape=(3, 6), n=5, gemm_attrs=None, side=False, opset=17):
+    """A Gemm (nn.Linear on (N, K)) or MatMul + Add (nn.Linear on a sequence), then BatchNorm and
+    ``act`` (an op, or a formula as the exporter writes it; see test_conv.act_nodes)."""
+    k = x_shape[-1]
+    gemm_attrs = {"transB": 1} if gemm_attrs is None else gemm_attrs
+    w_shape = (n, k) if gemm_attrs.get("transB") else (k, n)
+    inits = [numpy_helper.from_array(rand(*(w_shape if layer == "Gemm" else (k, n)), seed=3), "w")]
+    inits.append(numpy_helper.from_array(rand(n, seed=4), "b"))
+    if layer == "Gemm":
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="/fc/Gemm", **gemm_attrs)]
+    else:
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["mm"], name="/mlp/fc1/MatMul"),
+            helper.make_node("Add", ["mm", "b"], ["h"], name="/mlp/fc1/Add"),
+        ]
+    last = "h"
+    if bn:
+        for name, (lo, hi) in {
+            "gamma": (0.5, 1.5),
+            "beta": (-0.5, 0.5),
+            "mean": (-0.5, 0.5),
+            "var": (0.5, 2.0),
+        }.items():
+            inits.append(numpy_helper.from_array(rand(n, seed=len(name), low=lo, high=hi), name))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization", ["h", "gamma", "beta", "mean", "var"], ["bn"], name="/bn/BatchNormalization"
+            )
+        )
+        last = "bn"
+    outputs = ["y"]
+    if act:
+        more, more_inits = act_nodes(act, last, "y", n)
+        if act.startswith("PRelu"):  # one slope per output feature, broadcast along the last axis
+            more_inits = [numpy_helper.from_array(rand(n, seed=9, low=0.05, high=0.5), "y_slope")]
+        nodes += more
+        inits += more_inits
+    else:
+        nodes[-1].output[0] = "y"
+    if side:
+        nodes.append(helper.make_node("Sigmoid", [last], ["z"], name="/side/Sigmoid"))
+        outputs.append("z")
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model, {"x": rand(*x_shape, seed=1, low=-3, high=3)}
+
+
+# name: (activation, dense_model keywords, the layer's spelling in network.py before folding)
+DENSE_CASES = {
+    "gemm_relu": ("Relu", {}, 'nn.Dense(6, 5, activation="relu")'),
+    "gemm_plain_alpha_beta_sigmoid": (
+        "Sigmoid",
+        {"gemm_attrs": {"alpha": 0.5, "beta": 2.0}},
+        'nn.Dense(6, 5, activation="sigmoid")',
+    ),
+    "gemm_bn_relu": ("Relu", {"bn": True}, 'nn.DenseBnAct(6, 5, has_bn=True, activation="relu")'),
+    "gemm_bn": (None, {"bn": True}, "nn.DenseBnAct(6, 5, has_bn=True)"),
+    "gemm_hardswish": ("HardSwish", {}, 'nn.Dense(6, 5, activation="hswish")'),
+    "gemm_silu": ("silu", {}, 'nn.Dense(6, 5, activation="silu")'),
+    "gemm_mish": ("mish", {}, 'nn.Dense(6, 5, activation="mish")'),
+    "gemm_leaky": ("LeakyRelu", {}, "nn.Dense(6, 5, activation=nn.LeakyReLU(0.1))"),
+    "gemm_bn_leaky": ("LeakyRelu", {"bn": True}, 'nn.DenseBnAct(6, 5, has_bn=True, activation="leakyrelu", alpha=0.1)'),
+    "gemm_prelu": ("PRelu", {}, "nn.Dense(6, 5, activation=nn.PReLU(5))"),
+    "seq_gelu": (
+        "gelu",
+        {"layer": "MatMul", "x_shape": (2, 7, 6)},
+        "nn.Dense(6, 5, activation=nn.GELU(approximate=False))",
+    ),
+    "seq_gelu_tanh": ("gelu_tanh", {"layer": "MatMul", "x_shape": (7, 6)}, 'nn.Dense(6, 5, activation="gelu")'),
+    "seq_prelu": ("PRelu", {"layer": "MatMul", "x_shape": (2, 3, 6)}, "nn.Dense(6, 5, activation=nn.PReLU(5))"),
+    "seq_relu6": ("Clip", {"layer": "MatMul", "x_shape": (1, 4, 4, 6)}, 'nn.Dense(6, 5, activation="relu6")'),
+}
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["bn", "folded"])
+@pytest.mark.parametrize("name", list(DENSE_CASES))
+def test_dense_bn_act(name, fold, tmp_path):
+    act, kw, spelled = DENSE_CASES[name]
+    model, feeds = dense_model(act, **kw)
+    passes = fold_passes() if fold else rebuild_passes()
+    source, fired = check_model(model, feeds, tmp_path, passes=passes, rel_tol=2e-5, expect_nodes=["Linear"])
+    assert fired["fuse_dense_bn_act"] == 1
+    assert fired.get("fold_batchnorm", 0) == int(fold and kw.get("bn", False))
+    init = " ".join(source[source.index("def __init__") : source.index("def construct")].split())
+    if fold:  # BatchNorm folded into the weights: a plain nn.Dense with the same activation
+        spelled = spelled.replace("nn.DenseBnAct(", "nn.Dense(").replace("has_bn=True, ", "").replace("has_bn=True", "")
+        spelled = spelled.replace('activation="leakyrelu", alpha=0.1', "activation=nn.LeakyReLU(0.1)")
+        spelled = spelled.replace("nn.Dense(6, 5, )", "nn.Dense(6, 5)")
+    assert spelled in init, init
+    assert "BatchNorm" not in init and "ops.sigmoid(" not in source and "ops.erf(" not in source
+
+
+@pytest.mark.parametrize(
+    "kw, left",
+    [
+        ({"side": True}, ["Gemm", "Relu", "Sigmoid"]),  # the Gemm output is also used by Sigmoid
+        ({"bn": True, "x_shape": (2, 5, 6), "layer": "MatMul"}, ["Linear", "BatchNormalization", "Relu"]),
+    ],
+    ids=["output_used_twice", "bn_on_a_sequence"],
+)
+def test_dense_must_not_fuse(kw, left, tmp_path):
+    """BatchNorm1d on (N, C, L) normalizes axis 1, not a Dense layer's features: it stays, and so
+    does the activation after it."""
+    model, feeds = dense_model("Relu", **kw)
+    source, fired = check_model(model, feeds, tmp_path, passes=fold_passes(), rel_tol=2e-5, expect_nodes=left)
+    assert fired["fuse_dense_bn_act"] == 0

@@ -17,8 +17,55 @@ import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter, ms_dtype
 
-# Activations nn.Conv2dBnAct can apply itself (its `activation` string), by fused-node name.
-CONV_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "HardSwish": "hswish", "Sigmoid": "sigmoid"}
+# Activations nn.Conv2dBnAct applies itself, by the fused node's activation kind (the ONNX op,
+# or the torch2ms formula node, it replaced): its `activation` string. A string makes the layer
+# with its defaults, so where those differ from ONNX the converter passes the layer instead:
+# GELU's string is the tanh approximation (erf GELU is nn.GELU(approximate=False)), PReLU's
+# has one slope of 0.25 (ONNX: one per channel, nn.PReLU(C) holding the weights).
+# LeakyReLU's alpha is Conv2dBnAct's own `alpha` (default 0.2; ONNX's is 0.01). ELU is alpha=1
+# only and HardSigmoid alpha=1/6, beta=1/2 only: the fusion pass leaves the others out.
+CONV_ACTIVATIONS = {
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Sigmoid": "sigmoid",
+    "Silu": "silu",
+    "Gelu": "gelu",
+    "Mish": "mish",
+    "HardSigmoid": "hsigmoid",
+    "HardSwish": "hswish",
+    "Elu": "elu",
+    "Tanh": "tanh",
+    "LeakyRelu": "leakyrelu",
+    "PRelu": "prelu",
+}
+SLOPE_INPUT = 7  # PReLU's per-channel slope on a fused node
+
+
+class _Code:
+    """A keyword argument written as code (a layer), not as a literal."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+def conv_activation(em, activation: str, alpha: float, approximate: str, channels: int) -> tuple[dict, dict]:
+    """``nn.Conv2dBnAct`` keyword arguments and parameters for the fused activation."""
+    if activation not in CONV_ACTIVATIONS:
+        raise Unsupported(f"activation {activation!r} not supported by nn.Conv2dBnAct")
+    if activation == "Gelu" and approximate != "tanh":
+        if approximate != "none":
+            raise Unsupported(f"approximate={approximate!r} not supported")
+        return {"activation": _Code("nn.GELU(approximate=False)")}, {}
+    if activation == "PRelu":
+        slope = em.require_const(SLOPE_INPUT, "slope").astype("float32").reshape(-1)
+        return {"activation": _Code(f"nn.PReLU({channels})")}, {"activation.w": slope}
+    kw = {"activation": CONV_ACTIVATIONS[activation]}
+    if activation == "LeakyRelu" and float(alpha) != 0.2:
+        kw["alpha"] = float(alpha)
+    return kw, {}
 
 
 def _squash(values) -> int | tuple:
@@ -204,11 +251,14 @@ def deform_conv(em, *, dilations=None, group=1, kernel_shape=None, offset_group=
 
 
 @converter("ConvBnAct", domain="torch2ms")
-def conv_bn_act(em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, **conv_attrs):
-    """torch2ms.ConvBnAct(X, W, B?, scale?, bias?, mean?, var?) -> Y: Conv [+ BatchNormalization] [+ activation]
+def conv_bn_act(
+    em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, alpha=0.01, approximate="none", **conv_attrs
+):
+    """torch2ms.ConvBnAct(X, W, B?, scale?, bias?, mean?, var?, slope?) -> Y: Conv [+ BatchNormalization] [+ activation]
 
     Inputs 3-6 (BatchNorm) are present only while ``has_bn``; after folding, the node keeps
-    ``X, W, B`` and ``nn.Conv2dBnAct(has_bn=False)`` applies conv + bias + activation.
+    ``X, W, B`` and ``nn.Conv2dBnAct(has_bn=False)`` applies conv + bias + activation. ``alpha``
+    is LeakyRelu's, ``approximate`` GELU's; input 7 is PReLU's slope, one per output channel.
     """
     unknown = set(conv_attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
     if unknown:
@@ -245,8 +295,8 @@ def conv_bn_act(em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, **co
             }
         )
     if activation:
-        if activation not in CONV_ACTIVATIONS:
-            raise Unsupported(f"activation {activation!r} not supported by nn.Conv2dBnAct")
-        kw["activation"] = CONV_ACTIVATIONS[activation]
+        act_kw, act_params = conv_activation(em, activation, alpha, approximate, int(w.shape[0]))
+        kw.update(act_kw)
+        params.update(act_params)
     layer = em.layer("nn.Conv2dBnAct", int(em.shape(0)[1]), int(w.shape[0]), params=params, **kw)
     return f"{layer}({em.x(0)})"

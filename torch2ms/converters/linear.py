@@ -1,15 +1,21 @@
-"""Matrix products: Gemm (``nn.Dense`` when B is a constant) and MatMul.
+"""Matrix products: Gemm (``nn.Dense`` when B is a constant), MatMul, and the fused
+``torch2ms.Linear`` (MatMul by a constant or Gemm, + BatchNorm1d, + activation).
 
 ``nn.Dense`` keeps its weight as ``(out_features, in_features)`` (PyTorch's layout, ONNX's
 ``transB=1``) and adds one bias per output feature, so Gemm's ``alpha`` is folded into the
 weight and ``beta * C`` into the bias; a ``C`` that varies along the rows cannot be a bias.
+
+A fused Linear with BatchNorm is ``nn.DenseBnAct(has_bn=True)``; without, ``nn.Dense(activation=
+...)``. Both take the activation as a string that makes the layer with its defaults, so where
+those differ from ONNX the layer is passed instead: GELU's string is the tanh approximation,
+PReLU's one slope of 0.25, and nn.Dense has no ``alpha`` for LeakyReLU (nn.DenseBnAct has).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter, literal
 
 
 @converter("Gemm", since=7)
@@ -55,15 +61,90 @@ def matmul(em):
     return f"ops.matmul({em.x(0)}, {em.x(1)})"
 
 
+# The fused node's activation kind -> the `activation` string nn.Dense / nn.DenseBnAct know.
+DENSE_ACTIVATIONS = {
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Sigmoid": "sigmoid",
+    "Silu": "silu",
+    "Gelu": "gelu",
+    "Mish": "mish",
+    "HardSigmoid": "hsigmoid",
+    "HardSwish": "hswish",
+    "Elu": "elu",
+    "Tanh": "tanh",
+    "LeakyRelu": "leakyrelu",
+    "PRelu": "prelu",
+}
+SLOPE_INPUT = 7  # PReLU's per-feature slope on a fused node
+
+
+class _Code:
+    """A keyword argument written as code (a layer), not as a literal."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+def _dense_activation(em, activation, alpha, approximate, features, has_alpha) -> tuple[dict, dict]:
+    if activation not in DENSE_ACTIVATIONS:
+        raise Unsupported(f"activation {activation!r} not supported by nn.Dense")
+    if activation == "Gelu" and approximate != "tanh":
+        if approximate != "none":
+            raise Unsupported(f"approximate={approximate!r} not supported")
+        return {"activation": _Code("nn.GELU(approximate=False)")}, {}
+    if activation == "PRelu":
+        slope = em.require_const(SLOPE_INPUT, "slope").astype("float32").reshape(-1)
+        return {"activation": _Code(f"nn.PReLU({features})")}, {"activation.w": slope}
+    if activation == "LeakyRelu" and float(alpha) != 0.2:
+        if has_alpha:
+            return {"activation": "leakyrelu", "alpha": float(alpha)}, {}
+        return {"activation": _Code(f"nn.LeakyReLU({literal(float(alpha))})")}, {}
+    return {"activation": DENSE_ACTIVATIONS[activation]}, {}
+
+
 @converter("Linear", domain="torch2ms")
-def linear(em):
-    """Linear(X, W, B?) -> X @ W + B   (made by passes/matmul_linear.py from MatMul + Add)"""
+def linear(em, *, activation="", has_bn=0, epsilon=1e-5, momentum=0.9, alpha=0.01, approximate="none"):
+    """torch2ms.Linear(X, W, B?, scale?, bias?, mean?, var?, slope?) -> act(BN(X @ W + B))
+
+    Made by passes/matmul_linear.py from MatMul + Add, and by passes/fuse_dense.py from it or a
+    Gemm with the BatchNorm1d (inputs 3-6, while ``has_bn``) and activation after it.
+    """
     w = em.require_const(1, "W")
-    params = {"weight": np.ascontiguousarray(w.T)}
+    features = int(w.shape[1])
+    dense = {"weight": np.ascontiguousarray(w.T)}
     kw = {}
     if em.has_input(2):
-        params["bias"] = em.require_const(2, "B").astype(w.dtype).reshape(-1)
+        dense["bias"] = em.require_const(2, "B").astype(w.dtype).reshape(-1)
     else:
         kw["has_bias"] = False
-    layer = em.layer("nn.Dense", int(w.shape[0]), int(w.shape[1]), params=params, **kw)
+    params = dense
+    if has_bn:
+        if em.rank(0) != 2:
+            raise Unsupported(f"BatchNorm after a Linear on a rank-{em.rank(0)} input not supported")
+        scale, beta, mean, var = (em.require_const(i, n) for i, n in zip(range(3, 7), ("scale", "bias", "mean", "var")))
+        # nn.DenseBnAct's default momentum is ONNX's 0.9 (PyTorch's is 1 - m).
+        kw["has_bn"] = True
+        if abs(momentum - 0.9) > 1e-7:
+            kw["momentum"] = float(momentum)
+        if abs(epsilon - 1e-5) > 1e-12:
+            kw["eps"] = float(epsilon)
+        params = {f"dense.{k}": v for k, v in dense.items()}
+        params.update(
+            {
+                "batchnorm.gamma": scale,
+                "batchnorm.beta": beta,
+                "batchnorm.moving_mean": mean,
+                "batchnorm.moving_variance": var,
+            }
+        )
+    if activation:
+        act_kw, act_params = _dense_activation(em, activation, alpha, approximate, features, has_bn)
+        kw.update(act_kw)
+        params.update(act_params)
+    callee = "nn.DenseBnAct" if has_bn else "nn.Dense"
+    layer = em.layer(callee, int(w.shape[0]), features, params=params, **kw)
     return f"{layer}({em.x(0)})"

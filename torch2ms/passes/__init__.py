@@ -1,18 +1,34 @@
 """Graph rewrites on the IR, each a ``Pass`` with ``match`` / ``check`` / ``rewrite``.
 
 The order the pipeline applies them is one list per stage (see ``rebuild_passes`` /
-``fold_passes``); ``apply`` returns how many times each fired.
+``fold_passes``); ``apply`` returns how many times each fired. Written-out activations and
+normalizations become one node first, so that the Conv and Dense fusions see them.
 """
 
+from torch2ms.passes.activations import (
+    FormulaPattern,
+    FuseGelu,
+    FuseHardSigmoid,
+    FuseHardSwish,
+    FuseMish,
+    FuseSilu,
+    activation_passes,
+)
 from torch2ms.passes.base import Pass, run_passes
+from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
 from torch2ms.passes.fold_bn import FoldBatchNorm, fold_bn_weights
 from torch2ms.passes.fuse_conv_bn_act import FuseConvBnAct
+from torch2ms.passes.fuse_dense import FuseDenseBnAct
 from torch2ms.passes.matmul_linear import MatMulToLinear
+from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, norm_passes
 
 
 def rebuild_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
-    return [EliminateIdentity(), MatMulToLinear()] + ([FuseConvBnAct()] if fuse_conv_bn_act else [])
+    """Clean-up, formulas to single nodes, then (``fuse_conv_bn_act``) the Conv and Dense fusions."""
+    formulas = activation_passes()
+    fusions = [FuseConvBnAct(formulas), FuseDenseBnAct(formulas)] if fuse_conv_bn_act else []
+    return [EliminateIdentity(), MatMulToLinear(), *formulas, *norm_passes(), *fusions]
 
 
 def fold_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
@@ -21,12 +37,24 @@ def fold_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
 
 __all__ = [
     "Pass",
+    "FormulaPattern",
     "run_passes",
     "EliminateIdentity",
+    "FuseHardSigmoid",
+    "FuseHardSwish",
+    "FuseSilu",
+    "FuseGelu",
+    "FuseMish",
+    "FuseLayerNorm",
+    "FuseGroupNorm",
     "FuseConvBnAct",
+    "FuseDenseBnAct",
     "MatMulToLinear",
     "FoldBatchNorm",
     "fold_bn_weights",
+    "fusion_counts",
+    "activation_passes",
+    "norm_passes",
     "rebuild_passes",
     "fold_passes",
 ]

@@ -1,7 +1,11 @@
 """A pass: ``match(graph, node)`` finds a candidate rooted at ``node``, ``check`` returns a
 reason it must not fire (or None), ``rewrite`` changes the graph. ``apply`` repeats until no
 candidate is left and returns the fire count; the reasons it did not fire are kept in
-``skipped`` so a test (or a curious user) can see why."""
+``skipped`` so a test (or a curious user) can see why.
+
+Nodes are found in ``graph.nodes`` by identity (``replace_node`` / ``remove_node``): ``Node`` is a
+dataclass, so ``list.index`` / ``remove`` / ``in`` would compare every field of every node before
+it (on ViT-B/16 that was 4.5 s of the passes' 6.3 s)."""
 
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ class Pass:
         progress = True
         while progress:
             progress = False
+            alive = {id(n) for n in graph.nodes}
             for node in list(graph.nodes):
-                if node.name in rejected or node not in graph.nodes:
+                if node.name in rejected or id(node) not in alive:
                     continue
                 m = self.match(graph, node)
                 if m is None:
@@ -44,9 +49,25 @@ class Pass:
                     self.skipped.append((node.name, reason))
                     continue
                 self.rewrite(graph, m)
+                alive = {id(n) for n in graph.nodes}
                 fired += 1
                 progress = True
         return fired
+
+
+def replace_node(graph: Graph, old: Node, new: Node) -> None:
+    """Put ``new`` where ``old`` is in ``graph.nodes`` (the topological position of ``old``)."""
+    graph.nodes[next(i for i, n in enumerate(graph.nodes) if n is old)] = new
+
+
+def remove_node(graph: Graph, node: Node) -> None:
+    graph.nodes = [n for n in graph.nodes if n is not node]
+
+
+def topological(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """``nodes`` in graph order."""
+    ids = {id(n) for n in nodes}
+    return [n for n in graph.nodes if id(n) in ids]
 
 
 def run_passes(graph: Graph, passes: list[Pass]) -> dict[str, int]:

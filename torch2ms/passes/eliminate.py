@@ -4,7 +4,7 @@ input outside training)."""
 from __future__ import annotations
 
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node
 
 
 class EliminateIdentity(Pass):
@@ -24,7 +24,7 @@ class EliminateIdentity(Pass):
 
     def rewrite(self, graph: Graph, node: Node) -> None:
         src, dst = node.inputs[0], node.outputs[0]
-        graph.nodes.remove(node)
+        remove_node(graph, node)
         if dst in graph.outputs:
             # Keep the graph output's name: rename the producer's output instead.
             producer = graph.producer(src)

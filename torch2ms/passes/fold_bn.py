@@ -9,7 +9,10 @@ channel; with ``x = W * i + b`` that is a convolution with ::
 
 computed in float64 and stored as float32. The pass rewrites fused ``ConvBnAct`` nodes into
 ``ConvBnAct(has_bn=0)`` with a bias, and a plain ``Conv -> BatchNormalization`` (fusion off)
-into one ``Conv``; a BatchNorm with no conv before it (e.g. after a Concat) stays.
+into one ``Conv``; a BatchNorm with no conv before it (e.g. after a Concat) stays. A fused
+``Linear`` with BatchNorm (``nn.DenseBnAct``) folds the same way along its output features (its
+``W`` is ``(in, out)``, so the scale runs along axis 1) and becomes ``nn.Dense``. PReLU's slope
+(input 7 of the fused nodes) is kept.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import numpy as np
 
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
-from torch2ms.passes.fuse_conv_bn_act import _single_consumer
+from torch2ms.passes.base import Pass, remove_node
+from torch2ms.passes.fuse_conv_bn_act import SLOPE_INDEX, _single_consumer
 
 
 def fold_bn_weights(w, b, gamma, beta, mean, var, eps) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +40,7 @@ class FoldBatchNorm(Pass):
     name = "fold_batchnorm"
 
     def match(self, graph: Graph, node: Node):
-        if node.op_type == "ConvBnAct" and node.domain == "torch2ms" and node.attrs.get("has_bn"):
+        if node.op_type in ("ConvBnAct", "Linear") and node.domain == "torch2ms" and node.attrs.get("has_bn"):
             return (node, None)
         if node.op_type == "Conv" and node.domain in ("", "ai.onnx"):
             bn = _single_consumer(graph, node.outputs[0])
@@ -60,16 +63,19 @@ class FoldBatchNorm(Pass):
         stats = conv.inputs[3:7] if bn is None else bn.inputs[1:5]
         eps = (conv if bn is None else bn).attrs.get("epsilon", 1e-5)
         b = graph.const(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
-        w_f, b_f = fold_bn_weights(graph.const(conv.inputs[1]), b, *(graph.const(s) for s in stats), eps)
-        w_name = graph.add_const(conv.inputs[1] + "_folded", w_f)
+        w = graph.const(conv.inputs[1])
+        dense = conv.op_type == "Linear"  # W is (in, out): output features on axis 1
+        w_f, b_f = fold_bn_weights(w.T if dense else w, b, *(graph.const(s) for s in stats), eps)
+        w_name = graph.add_const(conv.inputs[1] + "_folded", np.ascontiguousarray(w_f.T) if dense else w_f)
         b_name = graph.add_const((conv.inputs[2] if b is not None else conv.inputs[1] + "_bias") + "_folded", b_f)
         if bn is None:
-            conv.inputs = [conv.inputs[0], w_name, b_name]
+            slope = conv.inputs[SLOPE_INDEX] if len(conv.inputs) > SLOPE_INDEX else ""
+            conv.inputs = [conv.inputs[0], w_name, b_name] + (["", "", "", "", slope] if slope else [])
             conv.attrs = {k: v for k, v in conv.attrs.items() if k not in ("epsilon", "momentum")}
             conv.attrs["has_bn"] = 0
         else:
             conv.inputs = [conv.inputs[0], w_name, b_name]
             conv.outputs = [bn.outputs[0]]
             conv.origin = conv.origin + [bn.name]
-            graph.nodes.remove(bn)
+            remove_node(graph, bn)
         graph.remove_dead()

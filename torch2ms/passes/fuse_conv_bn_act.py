@@ -1,10 +1,20 @@
-"""Fuse Conv -> BatchNormalization -> activation into one ``torch2ms.ConvBnAct`` node, which the
-code generator writes as ``nn.Conv2dBnAct``.
+"""Fuse Conv -> BatchNormalization -> activation, and Conv -> activation, into one
+``torch2ms.ConvBnAct`` node, which the code generator writes as ``nn.Conv2dBnAct``.
 
-Pattern: ``Conv`` whose only consumer is an inference ``BatchNormalization`` whose only
-consumer is one of Relu, Clip(0, 6) (ReLU6), HardSwish, Sigmoid; without such a consumer the
-block has no activation. It does not fire when an intermediate output is used elsewhere (a
-graph output or a second consumer), or when the conv is not 2-D.
+Pattern: a 2-D ``Conv`` whose only consumer is an inference ``BatchNormalization``, or whose
+output goes straight to an activation; the activation is the only consumer of the block's
+output and one nn.Conv2dBnAct applies itself (``activations.activation_of``: ReLU, ReLU6,
+Sigmoid, SiLU, GELU, Mish, HardSigmoid, HardSwish, ELU, Tanh, LeakyReLU, PReLU with one slope
+per channel). The decomposed activations (``x * Sigmoid(x)``, ...) are one node by then: the
+formula passes run first.
+
+It does not fire when the conv output is used elsewhere (a graph output or a second consumer),
+or when the conv is not 2-D. When the activation cannot join (its input has other consumers,
+its parameters are not ones the cell computes, its formula could not be recognised), Conv + BN
+are fused without it and ``chains`` records why, for the coverage figure in the rebuild stage.
+
+The fused node's inputs are ``X, W, B?, scale?, bias?, mean?, var?, slope?`` (BatchNorm's four
+only while ``has_bn``; PReLU's slope, one value per output channel, at index 7).
 """
 
 from __future__ import annotations
@@ -13,28 +23,34 @@ from dataclasses import dataclass
 
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
+from torch2ms.passes.activations import Act, FormulaPattern, activation_of, per_channel_slope
+from torch2ms.passes.base import Pass, remove_node, replace_node
+
+BN_INPUTS = 4  # scale, bias, mean, var
+SLOPE_INDEX = 7
 
 
 @dataclass
-class ConvBnActMatch:
-    conv: Node
-    bn: Node
-    act: Node | None
-    activation: str
+class Chain:
+    """One layer -> (BN) -> activation chain: fused or not, and why not."""
+
+    node: str
+    kind: str
+    fused: bool
+    reason: str = ""
+    supported: bool = True  # False: an activation whose parameters the cell cannot compute
 
 
-def activation_kind(graph: Graph, node: Node) -> str | None:
-    if node.op_type in ("Relu", "HardSwish", "Sigmoid"):
-        return node.op_type
-    if node.op_type == "Clip":
-        lo = graph.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
-        hi = graph.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-        if lo is None and hi is None and "min" in node.attrs:
-            lo, hi = node.attrs.get("min"), node.attrs.get("max")
-        if lo is not None and hi is not None and float(lo) == 0.0 and float(hi) == 6.0:
-            return "Relu6"
-    return None
+@dataclass
+class ActAfter:
+    """What consumes a block's output: the activation to fuse (``node``/``act``), or the kind of
+    activation that cannot join and why (``reason``); ``kind`` is "" when there is none."""
+
+    node: Node | None = None
+    act: Act | None = None
+    kind: str = ""
+    reason: str = ""
+    supported: bool = True
 
 
 def _single_consumer(graph: Graph, value: str) -> Node | None:
@@ -44,51 +60,127 @@ def _single_consumer(graph: Graph, value: str) -> Node | None:
     return users[0] if len(users) == 1 and users[0].inputs.count(value) == 1 else None
 
 
+def activation_after(graph: Graph, producer: Node, formulas: list[FormulaPattern], channel_axis: int = 1) -> ActAfter:
+    """The activation that ``producer``'s output flows into, for a fused cell to apply."""
+    value = producer.outputs[0]
+    for f in formulas:
+        if value in f.misses:
+            kind, reason = f.misses[value]
+            return ActAfter(kind=kind, reason=reason)
+    user = _single_consumer(graph, value)
+    if user is not None:
+        act, why_not = activation_of(graph, user)
+        if why_not:
+            return ActAfter(kind=user.op_type, reason=why_not, supported=False)
+        if act is None:
+            return ActAfter()
+        if act.kind == "PRelu":
+            shape = tuple(graph.values[value].shape or ())
+            if per_channel_slope(graph, act.slope, shape, channel_axis % max(len(shape), 1)) is None:
+                slope_shape = list(graph.const(act.slope).shape)
+                return ActAfter(kind="PRelu", reason=f"PRelu slope {slope_shape} is not one value per channel")
+        return ActAfter(user, act, act.kind)
+    users = graph.consumers(value)
+    for u in users:
+        act, why_not = activation_of(graph, u)
+        if act is not None or why_not:
+            where = "is a graph output" if value in graph.outputs else f"has {graph.use_count(value)} consumers"
+            return ActAfter(kind=act.kind if act else u.op_type, reason=f"{producer.op_type} output {where}")
+    return ActAfter()
+
+
+def activation_attrs(graph: Graph, after: ActAfter, out_shape: tuple[int, ...], axis: int) -> tuple[dict, str | None]:
+    """The fused node's activation attributes, and PReLU's per-channel slope as a new constant."""
+    if after.act is None:
+        return {"activation": ""}, None
+    attrs = {"activation": after.act.kind, **after.act.attrs}
+    if after.act.kind != "PRelu":
+        return attrs, None
+    slope = per_channel_slope(graph, after.act.slope, out_shape, axis)
+    if slope.size == 1 and out_shape[axis] != 1:
+        slope = slope.repeat(out_shape[axis])
+    return attrs, graph.add_const(after.act.slope + "_per_channel", slope)
+
+
+@dataclass
+class ConvBnActMatch:
+    conv: Node
+    bn: Node | None
+    after: ActAfter
+
+
 class FuseConvBnAct(Pass):
     name = "fuse_conv_bn_act"
+
+    def __init__(self, formulas: list[FormulaPattern] = ()) -> None:
+        super().__init__()
+        self.formulas = list(formulas)  # their misses say why an activation was not one node
+        self.chains: list[Chain] = []
+
+    def apply(self, graph: Graph) -> int:
+        self.chains = []
+        return super().apply(graph)
 
     def match(self, graph: Graph, node: Node):
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
             return None
         bn = next((u for u in graph.consumers(node.outputs[0]) if u.op_type == "BatchNormalization"), None)
-        if bn is None:
+        after = activation_after(graph, bn or node, self.formulas)
+        if bn is None and not after.kind:
             return None
-        act = _single_consumer(graph, bn.outputs[0])
-        kind = activation_kind(graph, act) if act is not None else None
-        return ConvBnActMatch(node, bn, act if kind else None, kind or "")
+        return ConvBnActMatch(node, bn, after)
 
     def check(self, graph: Graph, m: ConvBnActMatch) -> str | None:
-        if _single_consumer(graph, m.conv.outputs[0]) is not m.bn:
+        reason = self._why_not(graph, m)
+        if reason and m.after.kind:
+            self.chains.append(Chain(m.conv.name, m.after.kind, False, m.after.reason or reason, m.after.supported))
+        return reason
+
+    def _why_not(self, graph: Graph, m: ConvBnActMatch) -> str | None:
+        if m.bn is not None and _single_consumer(graph, m.conv.outputs[0]) is not m.bn:
             return "the conv output is used by more than the BatchNormalization"
         if len(graph.values[m.conv.inputs[0]].shape or ()) != 4:
             return "not a 2-D convolution"
-        if batchnorm_in_training(m.bn):
-            return "BatchNormalization in training mode"
-        if any(graph.const(i) is None for i in m.bn.inputs[1:5]) or graph.const(m.conv.inputs[1]) is None:
-            return "weights or statistics are not constant"
+        if graph.const(m.conv.inputs[1]) is None or (
+            len(m.conv.inputs) > 2 and m.conv.inputs[2] and graph.const(m.conv.inputs[2]) is None
+        ):
+            return "conv weights are not constant"
+        if m.bn is not None:
+            if batchnorm_in_training(m.bn):
+                return "BatchNormalization in training mode"
+            if any(graph.const(i) is None for i in m.bn.inputs[1:5]):
+                return "BatchNormalization statistics are not constant"
+        elif m.after.act is None:
+            return m.after.reason  # no BatchNorm and an activation that cannot join: nothing to fuse
         return None
 
     def rewrite(self, graph: Graph, m: ConvBnActMatch) -> None:
-        last = m.act or m.bn
-        conv_inputs = list(m.conv.inputs) + [""] * (3 - len(m.conv.inputs))
+        if m.after.kind:
+            self.chains.append(
+                Chain(m.conv.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
+            )
+        last = m.after.node or m.bn or m.conv
+        inputs = (list(m.conv.inputs) + [""] * 3)[:3]
         attrs = dict(m.conv.attrs)
-        attrs.update(
-            epsilon=m.bn.attrs.get("epsilon", 1e-5),
-            momentum=m.bn.attrs.get("momentum", 0.9),
-            has_bn=1,
-            activation=m.activation,
-        )
+        if m.bn is not None:
+            inputs += list(m.bn.inputs[1:5])
+            attrs.update(epsilon=m.bn.attrs.get("epsilon", 1e-5), momentum=m.bn.attrs.get("momentum", 0.9), has_bn=1)
+        else:
+            attrs["has_bn"] = 0
+        act_attrs, slope = activation_attrs(graph, m.after, tuple(graph.values[last.outputs[0]].shape), 1)
+        attrs.update(act_attrs)
+        if slope:
+            inputs = inputs + [""] * (SLOPE_INDEX - len(inputs)) + [slope]
         fused = Node(
             name=m.conv.name,
             op_type="ConvBnAct",
             domain="torch2ms",
-            inputs=conv_inputs[:3] + list(m.bn.inputs[1:5]),
+            inputs=inputs,
             outputs=[last.outputs[0]],
             attrs=attrs,
-            origin=[n.name for n in (m.conv, m.bn, m.act) if n is not None],
+            origin=[o for n in (m.conv, m.bn, m.after.node) if n is not None for o in n.origin],
         )
-        i = graph.nodes.index(m.conv)
-        graph.nodes[i] = fused
-        for n in (m.bn, m.act):
+        replace_node(graph, m.conv, fused)
+        for n in (m.bn, m.after.node):
             if n is not None:
-                graph.nodes.remove(n)
+                remove_node(graph, n)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.base import Pass
+from torch2ms.passes.base import Pass, remove_node, replace_node
 
 
 @dataclass
@@ -80,6 +80,6 @@ class MatMulToLinear(Pass):
             attrs={},
             origin=[n.name for n in (m.matmul, m.add) if n is not None],
         )
-        graph.nodes[graph.nodes.index(m.matmul)] = fused
+        replace_node(graph, m.matmul, fused)
         if m.add is not None:
-            graph.nodes.remove(m.add)
+            remove_node(graph, m.add)

@@ -1,8 +1,10 @@
 """Stage 2, rebuild: ONNX -> generated MindSpore source (``network.py``) + ``network.ckpt``.
 
 Every node is analysed before anything is written, and all unsupported ops are reported at
-once. Conv -> BatchNorm -> activation chains become ``nn.Conv2dBnAct`` (recipe
-``rebuild.fuse_conv_bn_act``). Checked: the generated Cell in PyNative mode vs PyTorch.
+once. Written-out activations and norms become one call each; Conv -> (BatchNorm) ->
+activation chains become ``nn.Conv2dBnAct`` and fully connected ones ``nn.Dense(activation=...)``
+(recipe ``rebuild.fuse_conv_bn_act``); the notes say how many chains were fused of those found,
+and why the others were not. Checked: the generated Cell in PyNative mode vs PyTorch.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from torch2ms.conversion import generate_network
 from torch2ms.passes import rebuild_passes
+from torch2ms.passes.coverage import blocks_text, coverage_text
 from torch2ms.pipeline.stage import Stage, StageOutput
 
 
@@ -24,7 +27,12 @@ class RebuildStage(Stage):
 
     def notes(self, record: dict) -> str:
         c = record.get("counts", {})
-        return f"{c.get('conv2d_bn_act')} Conv2dBnAct, {c.get('batchnorm_layers')} BatchNorm left"
+        fusion = c.get("fusion") or {}
+        blocks = blocks_text(fusion)
+        notes = f"{c.get('conv2d_bn_act')} Conv2dBnAct" + (f" ({blocks})" if blocks else "")
+        notes += f", {c.get('batchnorm_layers')} BatchNorm left"
+        coverage = coverage_text(fusion)
+        return f"{notes}; {coverage}" if coverage else notes
 
     def run(self, ctx, out: Path) -> StageOutput:
         return generate_network(ctx, out, rebuild_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "rebuild")

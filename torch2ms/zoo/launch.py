@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch2ms.memory import rss_mb
+from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
@@ -260,6 +261,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         min_cosine=min(coss) if coss else None,
         onnx_nodes=get("counts", "onnx_nodes"),
         conv2d_bn_act=get("counts", "conv2d_bn_act"),
+        fusion_coverage=coverage_cell(get("counts", "fusion")),
         batchnorm_folded=get("counts", "batchnorm_folded"),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),

@@ -20,6 +20,7 @@ class ModelRow:
     min_cosine: float | None = None
     onnx_nodes: int | None = None
     conv2d_bn_act: int | None = None
+    fusion_coverage: str | None = None  # Conv->(BN)->act chains fused / found, e.g. "49/49"
     batchnorm_folded: int | None = None
     convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
     latency_ms: float | None = None  # the compiled network's median
@@ -54,6 +55,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("min cosine", "min_cosine", ".7f"),
     ("ONNX nodes", "onnx_nodes", "d"),
     ("Conv2dBnAct", "conv2d_bn_act", "d"),
+    ("fusion coverage", "fusion_coverage", "s"),
     ("BN folded", "batchnorm_folded", "d"),
     ("convert s", "convert_s", ".1f"),
     ("latency ms", "latency_ms", ".2f"),

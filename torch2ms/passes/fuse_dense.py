@@ -1,0 +1,154 @@
+"""Fuse a fully connected layer with the BatchNorm1d and the activation after it into one
+``torch2ms.Linear`` node, written as ``nn.Dense(..., activation=...)`` or ``nn.DenseBnAct``.
+
+Layers: ``torch2ms.Linear`` (MatMul by a constant, made by ``matmul_linear.py``) and ``Gemm``
+with a constant ``B`` and ``transA=0`` (how nn.Linear on a 2-D input exports), taken in as
+``W = alpha * B'`` (``B' = B^T`` when ``transB``, so W is ``(in, out)`` like Linear's) and bias
+``beta * C`` when C holds one value per output feature.
+
+BatchNorm joins only on a rank-2 output, where its channel axis is the feature axis
+(BatchNorm1d after nn.Linear); on ``(N, C, L)`` it normalizes axis 1, which is not a Dense
+layer's feature axis. nn.Dense flattens the leading dimensions, computes ``x @ W^T + b`` and the
+activation on ``(rows, out)`` and reshapes back, so any elementwise activation (and PReLU with
+one slope per output feature) gives the same numbers as after the layer.
+
+The fused node's inputs are ``X, W, B?, scale?, bias?, mean?, var?, slope?`` as for ConvBnAct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torch2ms.converters.api import batchnorm_in_training
+from torch2ms.graph.ir import Graph, Node
+from torch2ms.passes.activations import ONNX, FormulaPattern
+from torch2ms.passes.base import Pass, remove_node, replace_node
+from torch2ms.passes.fuse_conv_bn_act import (
+    SLOPE_INDEX,
+    ActAfter,
+    Chain,
+    _single_consumer,
+    activation_after,
+    activation_attrs,
+)
+
+
+@dataclass
+class DenseMatch:
+    layer: Node
+    bn: Node | None
+    after: ActAfter
+
+
+def _gemm_problem(graph: Graph, gemm: Node) -> str | None:
+    b = graph.const(gemm.inputs[1])
+    if b is None:
+        return "Gemm's B is not a constant"
+    if gemm.attrs.get("transA", 0):
+        return "Gemm with transA=1"
+    if b.dtype != np.float32:
+        return "weight is not float32"
+    if len(gemm.inputs) > 2 and gemm.inputs[2]:
+        c = graph.const(gemm.inputs[2])
+        n = b.shape[0] if gemm.attrs.get("transB", 0) else b.shape[1]
+        if c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1) or c.ndim > 2:
+            return "Gemm's C is not one value per output feature"
+    return None
+
+
+class FuseDenseBnAct(Pass):
+    name = "fuse_dense_bn_act"
+
+    def __init__(self, formulas: list[FormulaPattern] = ()) -> None:
+        super().__init__()
+        self.formulas = list(formulas)
+        self.chains: list[Chain] = []
+
+    def apply(self, graph: Graph) -> int:
+        self.chains = []
+        return super().apply(graph)
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type == "Linear" and node.domain == "torch2ms":
+            if "has_bn" in node.attrs:
+                return None  # already fused
+        elif node.op_type != "Gemm" or node.domain not in ONNX:
+            return None
+        out = node.outputs[0]
+        bn = _single_consumer(graph, out)
+        if bn is None or bn.op_type != "BatchNormalization" or len(graph.values[out].shape or ()) != 2:
+            bn = None
+        after = activation_after(graph, bn or node, self.formulas, channel_axis=-1)
+        if bn is None and not after.kind:
+            return None
+        return DenseMatch(node, bn, after)
+
+    def check(self, graph: Graph, m: DenseMatch) -> str | None:
+        reason = self._why_not(graph, m)
+        if reason and m.after.kind:
+            self.chains.append(Chain(m.layer.name, m.after.kind, False, m.after.reason or reason, m.after.supported))
+        return reason
+
+    def _why_not(self, graph: Graph, m: DenseMatch) -> str | None:
+        if m.layer.op_type == "Gemm":
+            problem = _gemm_problem(graph, m.layer)
+            if problem:
+                return problem
+        if m.bn is not None:
+            if batchnorm_in_training(m.bn):
+                return "BatchNormalization in training mode"
+            if any(graph.const(i) is None for i in m.bn.inputs[1:5]):
+                return "BatchNormalization statistics are not constant"
+        elif m.after.act is None:
+            return m.after.reason
+        return None
+
+    def _linear_inputs(self, graph: Graph, layer: Node) -> list[str]:
+        """``[X, W (in, out), B or ""]`` for a Linear node, or for a Gemm with alpha, beta folded in."""
+        if layer.op_type == "Linear":
+            return (list(layer.inputs) + [""] * 3)[:3]
+        b = graph.const(layer.inputs[1])
+        # B^T stays a view: the converter transposes back to nn.Dense's (out, in) = B without a copy
+        # (VGG's 25088 x 4096 classifier weight took seconds to copy twice).
+        w = b.T if layer.attrs.get("transB", 0) else b
+        alpha = layer.attrs.get("alpha", 1.0)
+        w_name = graph.add_const(layer.inputs[1] + "_dense", w if alpha == 1.0 else w * np.float32(alpha))
+        bias = ""
+        if len(layer.inputs) > 2 and layer.inputs[2]:
+            c = graph.const(layer.inputs[2]).reshape(-1) * np.float32(layer.attrs.get("beta", 1.0))
+            c = np.broadcast_to(c, (w.shape[1],)) if c.size == 1 else c
+            bias = graph.add_const(layer.inputs[2] + "_dense", np.ascontiguousarray(c, np.float32))
+        return [layer.inputs[0], w_name, bias]
+
+    def rewrite(self, graph: Graph, m: DenseMatch) -> None:
+        if m.after.kind:
+            self.chains.append(
+                Chain(m.layer.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
+            )
+        last = m.after.node or m.bn or m.layer
+        inputs = self._linear_inputs(graph, m.layer)
+        attrs: dict = {"has_bn": 0}  # marks a fused layer (MatMulToLinear's nodes have no attributes)
+        if m.bn is not None:
+            inputs += list(m.bn.inputs[1:5])
+            attrs.update(epsilon=m.bn.attrs.get("epsilon", 1e-5), momentum=m.bn.attrs.get("momentum", 0.9), has_bn=1)
+        shape = tuple(graph.values[last.outputs[0]].shape)
+        act_attrs, slope = activation_attrs(graph, m.after, shape, len(shape) - 1)
+        if act_attrs["activation"]:
+            attrs.update(act_attrs)
+        if slope:
+            inputs = inputs + [""] * (SLOPE_INDEX - len(inputs)) + [slope]
+        fused = Node(
+            name=m.layer.name,
+            op_type="Linear",
+            domain="torch2ms",
+            inputs=inputs,
+            outputs=[last.outputs[0]],
+            attrs=attrs,
+            origin=[o for n in (m.layer, m.bn, m.after.node) if n is not None for o in n.origin],
+        )
+        replace_node(graph, m.layer, fused)
+        for n in (m.bn, m.after.node):
+            if n is not None:
+                remove_node(graph, n)
