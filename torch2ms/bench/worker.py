@@ -48,8 +48,7 @@ def _import_framework(kind: str) -> None:
 
 def measure(spec: dict) -> dict:
     from torch2ms.bench.variants import BY_KEY, Settings, load
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
     from torch2ms.recipe import parse_recipe
 
     variant = BY_KEY[spec["variant"]]
@@ -76,14 +75,13 @@ def measure(spec: dict) -> dict:
 
 def dump(spec: dict) -> dict:
     from torch2ms import msutil
-    from torch2ms.stages.compile import set_graph_mode
+    from torch2ms.msutil import set_graph_mode
 
     ms = msutil.mindspore()
     os.environ["MS_DEV_DUMP_IR_PASSES"] = "graph_build"
     set_graph_mode(ms, spec["graph_kernel"], spec.get("graph_kernel_flags", ""), spec.get("jit_level"))
     ms.set_context(save_graphs=1, save_graphs_path=spec["dump_dir"], runtime_num_threads=spec["threads"])
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     inputs, _ = split_reference(load_npz(Path(spec["export"]) / "reference.npz"))
     cell = msutil.build_network(Path(spec["network"]), "dump")

@@ -19,14 +19,15 @@ import time
 import traceback
 from pathlib import Path
 
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
+
 
 def _die_with_parent() -> None:
     """Linux: be killed if the launcher dies, so a killed batch leaves no orphan conversions."""
     try:
         import ctypes
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         return
     parent = os.environ.get("TORCH2MS_ZOO_PARENT")
@@ -53,7 +54,8 @@ def main(job_path: str) -> int:
     from torch2ms.errors import Torch2msError
     from torch2ms.pipeline.report import write_reports
     from torch2ms.pipeline.runner import Runner
-    from torch2ms.recipe import STAGES, parse_recipe
+    from torch2ms.recipe import parse_recipe
+    from torch2ms.stages import stage_names
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
@@ -65,7 +67,7 @@ def main(job_path: str) -> int:
         "host": socket.gethostname(),
         "started": time.time(),
         "stage": None,
-        "stages": dict.fromkeys(STAGES, "not run"),
+        "stages": dict.fromkeys(stage_names(), "not run"),
         "status": None,
         "reason": "",
     }
