@@ -19,7 +19,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import compat, targets
+from torch2ms.package import aipp, compat, targets
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
@@ -235,6 +235,10 @@ def build_bundle(
     tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
     log("scanning the model for the target and measuring the fp16 error budget")
     report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
+    aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
+    if aipp_configs:
+        log("checking the AIPP configs against the recipe's preprocessing")
+        report["aipp"] = aipp.check_bundle(aipp_configs, preprocess, size)
 
     tdir = f"targets/{target.name}"
     files: dict[str, Path | bytes] = {
@@ -248,8 +252,7 @@ def build_bundle(
         "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
     }
-    if is_image:
-        files[f"{tdir}/aipp.cfg"] = targets.aipp_cfg(preprocess, *size).encode()
+    files.update({f"{tdir}/{name}": text.encode() for name, (text, _) in aipp_configs.items()})
     mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
     manifest = {
         "format": FORMAT,
@@ -270,6 +273,7 @@ def build_bundle(
         "recipe": recipe.model_dump(mode="json"),
         "recipe_sha256": recipe.sha256(),
         "warnings": report["warnings"],
+        "aipp_check": report.get("aipp"),
         "files": {},
     }
     files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()
