@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from conftest import write_recipe
 
+from torch2ms.pipeline.report import write_reports
 from torch2ms.pipeline.runner import Runner
-from torch2ms.recipe import STAGES, load_recipe
+from torch2ms.recipe import load_recipe
+from torch2ms.stages import stage_names
 from torch2ms.tasks import TASKS, gate, task_for
 
 RECIPE = SimpleNamespace(task="classification", class_names=None, check=SimpleNamespace(task_agreement=None))
@@ -167,7 +169,7 @@ def test_every_stage_records_its_task_metrics(tmp_path, overrides):
     recipe = load_recipe(write_recipe(tmp_path / "r.yaml", check={"samples": 2, "task_agreement": 0.999}, **overrides))
     result = Runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.reason) for s in result.stages]
-    for stage in STAGES:
+    for stage in stage_names():
         record = json.loads((result.root / stage / "stage.json").read_text())
         task = record["task"]
         assert task["agreement"] == 1.0, (stage, task)
@@ -176,3 +178,12 @@ def test_every_stage_records_its_task_metrics(tmp_path, overrides):
         else:
             assert task["metric"] == "pixel agreement" and task["figures"]["miou"] == 1.0
             assert task["figures"]["output"] == "out" and task["figures"]["pixels"] == 2 * 32 * 32
+    write_reports(result)
+    report = (result.root / "report.md").read_text()
+    cell = (
+        "top-1 agreement 1.0000, top-5 overlap 1.0000"
+        if recipe.task == "classification"
+        else "pixel agreement 1.0000, mIoU 1.0000"
+    )
+    assert report.count(f" | {cell} | ") == 5 and "| task | notes |" in report
+    assert f"Task ({recipe.task}): each stage's outputs vs PyTorch's; a stage fails below 0.999" in report
