@@ -99,6 +99,7 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     assert _cli(["verify", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "12 files match manifest.json" in out and "OK tiny" in out
+    assert "task: top-1 agreement 1.0000, top-5 overlap 1.0000" in out
 
 
 def test_packaging_twice_is_byte_identical(tiny_bundle, tmp_path):

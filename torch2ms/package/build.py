@@ -113,7 +113,9 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         aipp_note = ", AIPP does the normalisation"
         aipp_howto = (
             f"With `aipp.cfg` the OM model takes an NHWC uint8 RGB image of {size[1]}x{size[0]}: resize on the host "
-            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU."
+            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU. For the NV12 frames of DVPP's JPEG "
+            "decoder, compile with `AIPP_CFG=targets/<board>/aipp_yuv420sp.cfg` (where the size is even). Both "
+            "files were checked against the recipe's preprocessing (compatibility.md, 'AIPP')."
         )
     else:
         pre_text = (
