@@ -548,10 +548,6 @@ def test_unsupported_ops_in_the_rebuild_stage_abort_it_cleanly(tmp_path):
 
 
 def test_cli_check_command_on_bad_onnx(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("torch2ms.commands.check") is None:
-        pytest.skip("`torch2ms check` does not exist yet (another engineer's command)")
     (tmp_path / "trunc.onnx").write_bytes(onnx.shape_inference.infer_shapes(_relu_model(17)).SerializeToString()[:20])
     onnx.save(_relu_model(10), tmp_path / "old.onnx")
     r = cli("check", "trunc.onnx", cwd=tmp_path)

@@ -294,25 +294,12 @@ def test_ray_executor_without_ray_says_how_to_get_it(monkeypatch, tmp_path):
 
 # Known gaps of the CI subset, as data: the model, the stage that fails and why. A gap that starts
 # passing fails the test, so that it is removed from here.
-CI_KNOWN_GAPS: dict[str, tuple[str, str]] = {}  # ViT-B/16's 19 GB compile was fixed in the MatMul converter
-
-
 def test_ci_zoo_every_model_passes(tmp_path):
     """recipes/zoo/ci.yaml, one model per family: 80 s with --jobs 2 on 2 cores (under ~10 min, so not
     marked slow)."""
     out = tmp_path / "ci"
     code = zoo_cli(REPO / "recipes" / "zoo" / "ci.yaml", "--jobs", 2, "--out", out)
     rows = {r["name"]: r for r in summary(out)["models"]}
-    failed = {
-        n: f"{r['status']}: {r['reason']}"
-        for n, r in rows.items()
-        if r["status"] != "passed" and n not in CI_KNOWN_GAPS
-    }
+    failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed"}
     assert not failed, failed
-    fixed = [n for n in CI_KNOWN_GAPS if rows[n]["status"] == "passed"]
-    assert not fixed, f"{fixed} pass now: remove them from CI_KNOWN_GAPS"
-    for n, (stage, _) in CI_KNOWN_GAPS.items():
-        assert rows[n]["stages"][stage] not in ("passed", "not run"), rows[n]
-    assert code == (0 if not CI_KNOWN_GAPS else 1)
-    if CI_KNOWN_GAPS:
-        pytest.xfail("known gaps: " + "; ".join(f"{n} at {s}: {why}" for n, (s, why) in CI_KNOWN_GAPS.items()))
+    assert code == 0

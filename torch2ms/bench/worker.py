@@ -20,19 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from torch2ms.memory import peak_rss_mb, rss_mb
+
 RESULT = "@@RESULT "
-
-
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process. Not ``ru_maxrss``: Linux keeps that
-    across ``execve``, so a child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 def _import_framework(kind: str) -> None:
@@ -53,10 +43,10 @@ def measure(spec: dict) -> dict:
 
     variant = BY_KEY[spec["variant"]]
     _import_framework(variant.kind)
-    baseline = _status_mb("VmRSS")
+    baseline = rss_mb()
     recipe = parse_recipe(spec["recipe"], "bench", spec["base_dir"])
     folders = {k: Path(v) for k, v in spec["folders"].items()}
-    inputs, _ = split_reference(load_npz(folders["export"] / "reference.npz"))
+    inputs, _ = split_reference(load_npz(folders["reference"] / "reference.npz"))
     loaded = load(variant, folders, recipe, Settings(**spec["settings"]), inputs[0])
     for _ in range(spec["warmup"]):
         loaded.call()
@@ -68,7 +58,7 @@ def measure(spec: dict) -> dict:
     return {
         "first_call_s": loaded.first_call_s,
         "median_ms": statistics.median(times) * 1e3,
-        "peak_rss_mb": _status_mb("VmHWM"),
+        "peak_rss_mb": peak_rss_mb(),
         "import_rss_mb": baseline,
     }
 
@@ -83,7 +73,7 @@ def dump(spec: dict) -> dict:
     ms.set_context(save_graphs=1, save_graphs_path=spec["dump_dir"], runtime_num_threads=spec["threads"])
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
-    inputs, _ = split_reference(load_npz(Path(spec["export"]) / "reference.npz"))
+    inputs, _ = split_reference(load_npz(Path(spec["reference"]) / "reference.npz"))
     cell = msutil.build_network(Path(spec["network"]), "dump")
     out = cell(*[ms.Tensor(v) for v in inputs[0].values()])
     (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from torch2ms.memory import peak_rss_mb
 
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
@@ -33,13 +34,6 @@ def _die_with_parent() -> None:
     parent = os.environ.get("TORCH2MS_ZOO_PARENT")
     if parent and os.getppid() != int(parent):  # the launcher died before prctl took effect
         os._exit(1)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (and of any child it waited for), in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return round(max(own, kids) / 1024, 1)  # ru_maxrss is in KiB on Linux
 
 
 def main(job_path: str) -> int:
@@ -73,7 +67,7 @@ def main(job_path: str) -> int:
     }
 
     def update(**kw) -> None:
-        status.update(kw, updated=time.time(), peak_rss_mb=peak_rss_mb())
+        status.update(kw, updated=time.time(), peak_rss_mb=round(peak_rss_mb(), 1))
         write_status(run_dir, status)
 
     def on_stage(stage: str, state: str) -> None:
