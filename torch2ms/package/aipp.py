@@ -27,12 +27,14 @@ swap -> crop -> CSC -> normalisation -> padding:
 * padding: ``*_padding_size`` pixels of ``padding_value`` around the normalised image.
 
 **The bound.** Let ``u = 2**-11`` (fp16 unit roundoff), ``m = mean / scale`` and ``v = scale / std``
-the recipe's exact values, ``D = max(|m|, |255 - m|)`` the largest ``|pixel - m|`` and ``e_m``,
-``e_v`` half a unit in the last digit written to the file. Storing ``m`` and ``v`` in fp16, the
-subtraction and the product each add at most ``u`` relative error, so per channel::
+the recipe's exact values, ``D = max(|m|, |255 - m|)`` the largest ``|pixel - m|``, and ``e_m``,
+``e_v`` half a unit in the last digit written to the file. fp16 rounds ``x`` by at most
+``u|x|`` (plus 2**-25 below the normal range, added to every rounding in the code). Storing the
+parameters moves them by ``δ_m = u(|m| + e_m) + e_m`` and ``δ_v = u(|v| + e_v) + e_v``; then
+``pixel - mean_chn`` is exact, ``- min_chn`` rounds a value of at most ``T = D + δ_m`` and the
+product rounds one of at most ``(1+u) T (|v| + δ_v)``, so per channel::
 
-    |AIPP - (pixel - m) * v| <= |v|(1+u)^2 (u|m| + e_m + u D') + D'(u|v| + e_v) + u(1+u)^3 D'|v|,
-    D' = D + u|m| + e_m
+    |AIPP - (pixel - m) * v| <= (u T + δ_m)(|v| + δ_v) + D δ_v + u (1+u) T (|v| + δ_v)
 
 For ImageNet's red channel (m = 123.675, v = 0.01712) that is 4.3e-3: a quarter of one pixel
 level (0.0171), so a mean off by one level already fails. For a YUV input the integer CSC adds,
@@ -255,12 +257,15 @@ def recipe_preprocess(rgb: np.ndarray, pre: dict) -> np.ndarray:
 def fp16_bound(pre: dict) -> np.ndarray:
     """Per channel: the largest |AIPP - exact| that fp16 parameters and arithmetic explain (see
     the module docstring), from the recipe's values only."""
-    m = np.array(pre["mean"]) / pre["scale"]
+    u, tiny = U16, 2.0**-25  # relative rounding of a normal fp16, half the subnormal spacing
+    m = np.abs(np.array(pre["mean"]) / pre["scale"])
     v = np.abs(pre["scale"] / np.array(pre["std"]))
     e_m, e_v = 0.5 * 10.0**-MIN_DECIMALS, 0.5 * 10.0**-VAR_DECIMALS
-    u = U16
-    d = np.maximum(np.abs(m), np.abs(255 - m)) + u * np.abs(m) + e_m
-    return v * (1 + u) ** 2 * (u * np.abs(m) + e_m + u * d) + d * (u * v + e_v) + u * (1 + u) ** 3 * d * v
+    d_m = u * (m + e_m) + tiny + e_m  # |fp16(min_chn) - m|
+    d_v = u * (v + e_v) + tiny + e_v  # |fp16(var_reci_chn) - v|
+    d = np.maximum(m, np.abs(255 - np.array(pre["mean"]) / pre["scale"]))  # largest |pixel - m|
+    t = d + d_m  # largest |pixel - mean_chn - fp16(min_chn)|
+    return (u * t + tiny + d_m) * (v + d_v) + d * d_v + u * ((1 + u) * t + tiny) * (v + d_v) + tiny
 
 
 def csc_bound_levels(standard: str) -> float:
