@@ -84,7 +84,8 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
         "compatibility.json",
     }
     expected |= {
-        f"targets/atlas-200i-dk-a2/{f}" for f in ("converter_lite.sh", "converter_lite.cfg", "atc.sh", "aipp.cfg")
+        f"targets/atlas-200i-dk-a2/{f}"
+        for f in ("converter_lite.sh", "converter_lite.cfg", "atc.sh", "aipp.cfg", "aipp_yuv420sp.cfg")
     }
     assert set(names) == expected and names == sorted(names)
     assert set(manifest["files"]) == expected - {"manifest.json"}
@@ -97,7 +98,8 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     assert {"torch", "mindspore", "onnx", "torch2ms"} <= set(manifest["versions"])
     assert _cli(["verify", str(bundle)]) == 0
     out = capsys.readouterr().out
-    assert "11 files match manifest.json" in out and "OK tiny" in out
+    assert "12 files match manifest.json" in out and "OK tiny" in out
+    assert "task: top-1 agreement 1.0000, top-5 overlap 1.0000" in out
 
 
 def test_packaging_twice_is_byte_identical(tiny_bundle, tmp_path):

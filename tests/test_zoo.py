@@ -110,6 +110,9 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
     # tiny_seg: Conv-BN-Hardswish, and the aux head's Conv -> Sigmoid (a Conv2dBnAct without BatchNorm)
     assert (rows["tiny_seg"]["conv2d_bn_act"], rows["tiny_seg"]["batchnorm_folded"]) == (2, 1)
     assert (rows["tiny_net"]["fusion_coverage"], rows["tiny_seg"]["fusion_coverage"]) == ("2/2", "2/2")
+    assert rows["tiny_net"]["task_agreement"] == rows["tiny_seg"]["task_agreement"] == 1.0
+    assert rows["tiny_net"]["task"] == "top-1 agreement 1.0000, top-5 overlap 1.0000"
+    assert rows["tiny_seg"]["task"] == "pixel agreement 1.0000, mIoU 1.0000"
 
     md = (out / "summary.md").read_text()
     assert "**2/2 models passed (100.0%)**" in md
@@ -133,6 +136,7 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         expect = [r["status"], *(r["stages"][s] for s in stage_names())]
         assert md_rows[name][1 : 2 + len(stage_names())] == expect
         assert html_rows[name][1 : 2 + len(stage_names())] == expect
+        assert r["task"] in md_rows[name] and r["task"] in html_rows[name]
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -19,7 +19,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import compat, targets
+from torch2ms.package import aipp, compat, targets
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
@@ -113,7 +113,9 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         aipp_note = ", AIPP does the normalisation"
         aipp_howto = (
             f"With `aipp.cfg` the OM model takes an NHWC uint8 RGB image of {size[1]}x{size[0]}: resize on the host "
-            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU."
+            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU. For the NV12 frames of DVPP's JPEG "
+            "decoder, compile with `AIPP_CFG=targets/<board>/aipp_yuv420sp.cfg` (where the size is even). Both "
+            "files were checked against the recipe's preprocessing (compatibility.md, 'AIPP')."
         )
     else:
         pre_text = (
@@ -235,6 +237,10 @@ def build_bundle(
     tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
     log("scanning the model for the target and measuring the fp16 error budget")
     report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
+    aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
+    if aipp_configs:
+        log("checking the AIPP configs against the recipe's preprocessing")
+        report["aipp"] = aipp.check_bundle(aipp_configs, preprocess, size)
 
     tdir = f"targets/{target.name}"
     files: dict[str, Path | bytes] = {
@@ -248,8 +254,7 @@ def build_bundle(
         "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
     }
-    if is_image:
-        files[f"{tdir}/aipp.cfg"] = targets.aipp_cfg(preprocess, *size).encode()
+    files.update({f"{tdir}/{name}": text.encode() for name, (text, _) in aipp_configs.items()})
     mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
     manifest = {
         "format": FORMAT,
@@ -270,6 +275,7 @@ def build_bundle(
         "recipe": recipe.model_dump(mode="json"),
         "recipe_sha256": recipe.sha256(),
         "warnings": report["warnings"],
+        "aipp_check": report.get("aipp"),
         "files": {},
     }
     files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()

@@ -239,6 +239,8 @@ def report_markdown(rep: dict, target, model: str) -> str:
             f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | "
             f"{m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
         )
+    if rep.get("aipp"):
+        lines += ["", *aipp_markdown(rep["aipp"])]
     lines += [
         "",
         "## Checks",
@@ -256,3 +258,22 @@ def report_markdown(rep: dict, target, model: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def aipp_markdown(check: dict) -> list[str]:
+    """The AIPP section: max |AIPP - recipe preprocessing| per config and image, and the bound."""
+    images = check["images"]
+    lines = [
+        "## AIPP vs the recipe's preprocessing",
+        "",
+        f"Each shipped AIPP config, run through a {check['method']}. The bound is what fp16 (and, for YUV input,",
+        "the integer colour conversion) can explain; a config above it would change the model's input on the board.",
+        "",
+        "| config | input | " + " | ".join(images) + " | bound |",
+        "|---|---|" + "---|" * len(images) + "---|",
+    ]
+    for name, r in check["configs"].items():
+        source = r["input_format"] + (f" ({r['standard']})" if r["standard"] else "")
+        errors = " | ".join(f"{r['max_error'][i]:.3g}" for i in images)
+        lines.append(f"| {name} | {source} | {errors} | {r['bound']:.3g} |")
+    return lines

@@ -5,7 +5,8 @@
 2. compare every file with ``manifest.json``: wrong hash, missing, or not listed (extra) files
    are all reported at once;
 3. load ``model/network.mindir`` with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
-   and compare with PyTorch's outputs within the manifest's tolerance.
+   and compare with PyTorch's outputs within the manifest's tolerance, and by the recipe's task
+   metric (top-1 agreement, pixel agreement, ...), gated like a stage.
 
 The hashes detect corruption and edits of the payload; they are not a signature (whoever can
 rewrite the archive can rewrite the manifest): pin the archive's own sha256 for that.
@@ -23,6 +24,7 @@ from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs
 from torch2ms.errors import CheckFailed
 from torch2ms.package.archive import BundleTampered, BundleUnreadable, safe_extract
 from torch2ms.package.build import FORMAT
+from torch2ms.pipeline.report import task_summary
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Verified:
     files: int
     metrics: list[OutputMetrics] = field(default_factory=list)
     samples: int = 0
+    task: dict | None = None  # the recipe task's agreement of the MindIR with PyTorch (tasks.TaskResult)
 
 
 def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
@@ -75,15 +78,37 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
-        metrics, n = _run_mindir(root, manifest)
+        outputs, reference = _run_mindir(root, manifest)
+    metrics, n = compare_outputs(outputs, reference), len(outputs)
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
     bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
+    task, violation = _task(manifest, outputs, reference)
+    if task is not None:
+        log(f"task: {task_summary(task)}")
+    if violation:
+        bad.append(violation)
     if bad:
         raise CheckFailed(
             f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",
             hint="package again from a passing run",
         )
-    return Verified(manifest, len(hashes) - 1, metrics, n)
+    return Verified(manifest, len(hashes) - 1, metrics, n, task)
+
+
+def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
+    """The recipe task's metrics on the MindIR's outputs, gated like a stage (``check.task_agreement``
+    or the task's default)."""
+    from torch2ms.recipe import parse_recipe
+    from torch2ms.tasks import gate, task_for
+
+    recipe = parse_recipe(manifest["recipe"], "manifest.json recipe")
+    t = task_for(recipe)
+    result = t.measure(recipe, outputs, reference) if t else None
+    if result is None:
+        return None, None
+    need = gate(recipe, t)
+    violation = f"{result.metric} {result.agreement:.4f} < {need}" if result.agreement < need else None
+    return result.to_dict(), violation
 
 
 def _run_mindir(root: Path, manifest: dict):
@@ -100,4 +125,4 @@ def _run_mindir(root: Path, manifest: dict):
         outputs = msutil.run_cell(cell, inputs, [o["name"] for o in manifest["outputs"]])
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    return compare_outputs(outputs, reference), len(inputs)
+    return outputs, reference

@@ -8,7 +8,20 @@ from torch2ms.pipeline.runner import RunResult, framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.runtime import cpu_choice
 
-COLUMNS = ("stage", "status", "seconds", "max abs err", "max rel err", "cosine", "notes")
+COLUMNS = ("stage", "status", "seconds", "max abs err", "max rel err", "cosine", "task", "notes")
+# Task figures shown beside the gated agreement (key in TaskResult.figures -> label).
+TASK_FIGURES = {"top5_overlap": "top-5 overlap", "miou": "mIoU"}
+
+
+def task_summary(task: dict | None, digits: int = 4) -> str:
+    """One line for a stage's task result (stage.json ``task``): the gated agreement, then the
+    figures in ``TASK_FIGURES``, e.g. ``top-1 agreement 1.0000, top-5 overlap 1.0000``."""
+    if not task:
+        return "-"
+    figures = task.get("figures", {})
+    parts = [f"{task['metric']} {task['agreement']:.{digits}f}"]
+    parts += [f"{label} {figures[key]:.{digits}f}" for key, label in TASK_FIGURES.items() if key in figures]
+    return ", ".join(parts)
 
 
 def _fmt(v, spec: str) -> str:
@@ -45,6 +58,7 @@ def rows(result: RunResult) -> list[tuple[str, ...]]:
                 _fmt(w.get("max_abs"), ".3g"),
                 _fmt(w.get("rel_error"), ".3g"),
                 _fmt(w.get("cosine"), ".7f"),
+                task_summary((rec or {}).get("task")),
                 _notes(s.declared, rec),
             )
         )
@@ -76,10 +90,27 @@ def write_reports(result: RunResult) -> None:
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
+    lines += _task_lines(result)
     if choice:
         lines += ["", f"CPU setting: ONEDNN_MAX_CPU_ISA={choice.isa} ({choice.source}: {choice.reason})."]
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()), ""]
     atomic_write_text(result.root / "report.md", "\n".join(lines))
+
+
+def _task_lines(result: RunResult) -> list[str]:
+    """Under the table: what the task column measures, its gate, and each stage's task notes."""
+    from torch2ms.tasks import gate, task_for
+
+    t = task_for(result.recipe)
+    if t is None:
+        return []
+    need = gate(result.recipe, t)
+    gated = f"a stage fails below {need:g}" if need else "report only"
+    lines = ["", f"Task ({result.recipe.task}): each stage's outputs vs PyTorch's; {gated} (check.task_agreement)."]
+    for s in result.stages:
+        notes = ((s.record or {}).get("task") or {}).get("notes") or []
+        lines += [f"- {s.stage}: {n}" for n in notes]
+    return lines
 
 
 def print_table(result: RunResult, console) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from torch2ms.memory import rss_mb
 from torch2ms.passes.coverage import coverage_cell
+from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
@@ -243,6 +244,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
     worsts = [r["worst"] for r in records.values() if r.get("worst")]
     rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
     coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
+    worst_task = min((r["task"] for r in records.values() if r.get("task")), key=lambda t: t["agreement"], default=None)
 
     def get(part: str, key: str):
         """The first stage record that reports ``key`` under ``part`` (counts or extra)."""
@@ -259,6 +261,8 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         reason=reason,
         worst_rel_error=max(rels) if rels else None,
         min_cosine=min(coss) if coss else None,
+        task_agreement=worst_task["agreement"] if worst_task else None,
+        task=task_summary(worst_task) if worst_task else None,
         onnx_nodes=get("counts", "onnx_nodes"),
         conv2d_bn_act=get("counts", "conv2d_bn_act"),
         fusion_coverage=coverage_cell(get("counts", "fusion")),

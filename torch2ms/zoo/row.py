@@ -18,6 +18,8 @@ class ModelRow:
     reason: str = ""
     worst_rel_error: float | None = None  # over all stages, against PyTorch
     min_cosine: float | None = None
+    task_agreement: float | None = None  # the recipe task's agreement with PyTorch, worst stage
+    task: str | None = None  # that stage's task figures, as the report shows them
     onnx_nodes: int | None = None
     conv2d_bn_act: int | None = None
     fusion_coverage: str | None = None  # Conv->(BN)->act chains fused / found, e.g. "49/49"
@@ -53,6 +55,7 @@ class ModelRow:
 COLUMNS: list[tuple[str, str, str]] = [
     ("max rel err", "worst_rel_error", ".2e"),
     ("min cosine", "min_cosine", ".7f"),
+    ("task (worst stage)", "task", "s"),
     ("ONNX nodes", "onnx_nodes", "d"),
     ("Conv2dBnAct", "conv2d_bn_act", "d"),
     ("fusion coverage", "fusion_coverage", "s"),
