@@ -31,6 +31,7 @@ class Verified:
     files: int
     metrics: list[OutputMetrics] = field(default_factory=list)
     samples: int = 0
+    task: str | None = None  # e.g. the detection agreement, as the stages measured it
 
 
 def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
@@ -74,7 +75,18 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
-        metrics, n = _run_mindir(root, manifest)
+        metrics, n, outputs, reference = _run_mindir(root, manifest)
+    task = None
+    if manifest["postprocess"].get("kind") == "detection":
+        from torch2ms.package.detection import verify_detections
+
+        passed, task, notes = verify_detections(manifest, outputs, reference)
+        log(task)
+        if not passed:
+            raise CheckFailed(
+                f"{archive}: the MindIR's detections differ from PyTorch's: {task}:\n  " + "\n  ".join(notes),
+                hint="package again from a passing run",
+            )
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
     bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
     if bad:
@@ -82,7 +94,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
             f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",
             hint="package again from a passing run",
         )
-    return Verified(manifest, len(hashes) - 1, metrics, n)
+    return Verified(manifest, len(hashes) - 1, metrics, n, task)
 
 
 def _run_mindir(root: Path, manifest: dict):
@@ -100,4 +112,4 @@ def _run_mindir(root: Path, manifest: dict):
         outputs = msutil.run_cell(cell, inputs, [o["name"] for o in manifest["outputs"]])
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    return compare_outputs(outputs, reference), len(inputs)
+    return compare_outputs(outputs, reference), len(inputs), outputs, reference

@@ -100,8 +100,8 @@ def _linear_taps(n_in: int, n_out: int):
 
 
 def to_input(letterboxed: np.ndarray, scale: float = 1 / 255) -> np.ndarray:
-    """Letterboxed HWC uint8 RGB -> float32 NCHW, pixel * scale (Ultralytics: / 255)."""
-    x = letterboxed.astype(np.float32) * np.float32(scale)
+    """Letterboxed HWC uint8 RGB -> float32 NCHW, pixel / (1 / scale): Ultralytics divides by 255."""
+    x = letterboxed.astype(np.float32) / np.float32(1 / scale)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
@@ -316,6 +316,98 @@ def scale_masks(masks: np.ndarray, g: dict, shape_hw: tuple[int, int]) -> np.nda
     new_h, new_w = g["new_hw"]
     inner = masks[:, g["top"] : g["top"] + new_h, g["left"] : g["left"] + new_w].astype(np.float32)
     return interpolate_bilinear(inner, shape_hw) > 0.5
+
+
+# ---------------------------------------------------------------- comparing two runs of one model
+
+BOX_IOU = 0.99
+MASK_IOU = 0.99
+KEYPOINT_PX = 1.0
+VISIBILITY = 0.01
+MIN_BOXES = 10
+
+
+def choose_conf(head: np.ndarray, params: dict) -> tuple[float, int, float]:
+    """(conf, detections PyTorch keeps at it, relative score gap at the threshold) for one image's head."""
+    every = non_max_suppression(
+        head,
+        conf=0.0,
+        iou=params["iou"],
+        agnostic=params["agnostic"],
+        max_det=head.shape[-1],
+        nc=params["nc"],
+        rotated=params["kind"] == "obb",
+    )[0]
+    s = every[:, 4].astype(np.float64)
+    if len(s) <= MIN_BOXES:
+        return float(s[-1] / 2) if len(s) else 0.0, len(s), 1.0
+    ks = np.arange(MIN_BOXES, min(params["max_det"], len(s) - 1) + 1)
+    gaps = (s[ks - 1] - s[ks]) / np.maximum(s[ks - 1], 1e-30)
+    k = int(ks[np.argmax(gaps)])
+    return float((s[k - 1] + s[k]) / 2), k, float(gaps.max())
+
+
+def _iou(a: np.ndarray, b: np.ndarray, rotated: bool) -> np.ndarray:
+    if not len(a) or not len(b):
+        return np.zeros((len(a), len(b)))
+    if rotated:
+        return batch_probiou(a.astype(np.float32), b.astype(np.float32)).astype(np.float64)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
+    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])  # noqa: E731
+    union = area(a)[:, None] + area(b)[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 1.0
+
+
+def match_detections(
+    ref: dict, got: dict, kind: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, str]], list[int], dict]:
+    """Greedy, in PyTorch's order: (matched pairs, PyTorch detections unmatched with why, extra stage detections,
+    worst figures of the matched pairs)."""
+    ious = _iou(ref["boxes"], got["boxes"], kind == "obb")
+    free = np.ones(len(got["boxes"]), bool)
+    pairs, missing = [], []
+    worst = {"box_iou": 1.0}
+    for i in range(len(ref["boxes"])):
+        same = (got["classes"] == ref["classes"][i]) & free
+        cand = np.where(same, ious[i], -1.0) if len(free) else np.zeros(0)
+        j = int(np.argmax(cand)) if len(cand) else -1
+        if j < 0 or cand[j] < BOX_IOU:
+            best = float(ious[i].max()) if ious.shape[1] else 0.0
+            missing.append(
+                (i, f"best box IoU {best:.4f} with any class, {max(float(cand.max(initial=0)), 0):.4f} same class")
+            )
+            continue
+        why = []
+        if kind == "segment":
+            m = _mask_iou(ref["masks"][i], got["masks"][j])
+            worst["mask_iou"] = min(worst.get("mask_iou", 1.0), m)
+            if m < MASK_IOU:
+                why.append(f"mask IoU {m:.4f} < {MASK_IOU}")
+        if kind == "pose":
+            a, b = ref["keypoints"][i], got["keypoints"][j]
+            dist = float(np.sqrt(((a[:, :2] - b[:, :2]) ** 2).sum(1)).max())
+            worst["keypoint_px"] = max(worst.get("keypoint_px", 0.0), dist)
+            vis = float(np.abs(a[:, 2] - b[:, 2]).max()) if a.shape[1] == 3 else 0.0
+            worst["visibility"] = max(worst.get("visibility", 0.0), vis)
+            if dist > KEYPOINT_PX:
+                why.append(f"keypoints {dist:.3f} px apart > {KEYPOINT_PX}")
+            if vis > VISIBILITY:
+                why.append(f"keypoint visibility differs by {vis:.4f} > {VISIBILITY}")
+        if why:
+            missing.append((i, "; ".join(why)))
+            continue
+        free[j] = False
+        worst["box_iou"] = min(worst["box_iou"], float(ious[i, j]))
+        pairs.append((i, j))
+    return pairs, missing, [int(j) for j in np.flatnonzero(free)], worst
 
 
 # ---------------------------------------------------------------- all together

@@ -26,8 +26,9 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
     for k in range(recipe.check.samples):
         sample = {}
         for spec in recipe.inputs:
-            if spec.data and k == 0:
-                arr = _load_sample(recipe.resolve(spec.data), spec)
+            sources = spec.data_sources()
+            if k < len(sources):
+                arr = _load_sample(recipe, sources[k], spec)
             else:
                 arr = rng.standard_normal(spec.shape).astype(np.float32)
             sample[spec.name] = arr
@@ -35,9 +36,14 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
     return samples
 
 
-def _load_sample(path: Path, spec) -> np.ndarray:
+def _load_sample(recipe, entry: str, spec) -> np.ndarray:
     from torch2ms.errors import RecipeError
 
+    path = recipe.resolve_data(entry)
+    if not entry.endswith(".npy"):
+        from torch2ms.postprocess.image import image_sample
+
+        return image_sample(path, spec.shape, recipe, f"inputs.{spec.name}.data")
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
@@ -81,7 +87,8 @@ class ExportStage(Stage):
         except Exception as err:
             shapes = ", ".join(f"{i.name} {list(i.shape)}" for i in recipe.inputs)
             raise ModelError(
-                f"{recipe.model.factory}: the model raised on the recipe's inputs ({shapes}): {type(err).__name__}: {err}",
+                f"{recipe.model.factory}: the model raised on the recipe's inputs ({shapes}): "
+                f"{type(err).__name__}: {err}",
                 hint="check inputs[].shape against what the model expects",
             ) from None
         torch_out = [flatten_outputs(o) for o in raw_out]
