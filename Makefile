@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 RECIPE ?= recipes/deeplabv3plus.yaml
 PYTEST_ARGS ?=
 
-.PHONY: venv convert test test-slow zoo bench clean
+.PHONY: venv convert lint test test-slow zoo bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ venv: $(STAMP)
 convert: venv
 	$(BIN)/torch2ms convert --recipe $(RECIPE)
 
-test: venv
+lint: venv
+	$(BIN)/ruff check torch2ms tests benchmarks
+	$(BIN)/ruff format --check torch2ms tests benchmarks
+
+test: venv lint
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: venv

@@ -71,7 +71,8 @@ for _ in range({runs}):
     t = time.perf_counter(); y = call(); times.append(time.perf_counter() - t)
 m = compare_arrays("out", y, next(iter(outs[0].values())))
 times.sort()
-print("@@RESULT " + json.dumps(dict(first_s=first, median_ms=times[len(times) // 2] * 1e3, rel_error=m.rel_error)), flush=True)
+result = dict(first_s=first, median_ms=times[len(times) // 2] * 1e3, rel_error=m.rel_error)
+print("@@RESULT " + json.dumps(result), flush=True)
 """
 
 
@@ -86,16 +87,16 @@ def run_setting(label: str, env_extra: dict, run: Path, stage: str, runs: int, t
     except subprocess.TimeoutExpired:
         return {"setting": label, "error": f"timeout after {timeout:.0f} s"}
     lines = proc.stdout.splitlines()
-    result = next((json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("@@RESULT")), None)
+    result = next((json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("@@RESULT")), None)
     if result is None:
         return {"setting": label, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]}
-    isa = next((l.split("isa:", 1)[1] for l in lines if ",isa:" in l), "?")
-    nthr = next((l.split("nthr:", 1)[1] for l in lines if "nthr:" in l), "?")
-    last = max(i for i, l in enumerate(lines) if l.startswith("@@CALL"))
+    isa = next((ln.split("isa:", 1)[1] for ln in lines if ",isa:" in ln), "?")
+    nthr = next((ln.split("nthr:", 1)[1] for ln in lines if "nthr:" in ln), "?")
+    last = max(i for i, ln in enumerate(lines) if ln.startswith("@@CALL"))
     impls: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for l in lines[last:]:
-        if ",primitive,exec," in l:
-            f = l.split(",")
+    for ln in lines[last:]:
+        if ",primitive,exec," in ln:
+            f = ln.split(",")
             impls[f"{f[5]} {f[6]}"][0] += 1
             impls[f"{f[5]} {f[6]}"][1] += float(f[-1])
     return {
@@ -112,7 +113,10 @@ def to_markdown(rows: list[dict], title: str) -> str:
     out = [
         f"### {title}",
         "",
-        "| setting | oneDNN ISA | thr | first call s | median ms | rel err vs torch | implementations on the last call (count, summed ms) |",
+        (
+            "| setting | oneDNN ISA | thr | first call s | median ms | rel err vs torch | implementations on the "
+            "last call (count, summed ms) |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -123,7 +127,8 @@ def to_markdown(rows: list[dict], title: str) -> str:
             f"{k} x{n} {ms:.0f} ms" for k, (n, ms) in sorted(r["impls"].items(), key=lambda kv: -kv[1][1])
         )
         out.append(
-            f"| {r['setting']} | {r['isa']} | {r['threads']} | {r['first_s']:.2f} | {r['median_ms']:.1f} | {r['rel_error']:.2g} | {impls} |"
+            f"| {r['setting']} | {r['isa']} | {r['threads']} | {r['first_s']:.2f} | {r['median_ms']:.1f} | "
+            f"{r['rel_error']:.2g} | {impls} |"
         )
     return "\n".join(out) + "\n"
 

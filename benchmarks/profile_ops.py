@@ -71,7 +71,7 @@ print("@@PROFILE", sess.end_profiling(), flush=True)
 
 
 def _wall(stdout: str) -> float | None:
-    return next((float(l.split()[1]) for l in stdout.splitlines() if l.startswith("@@WALL")), None)
+    return next((float(ln.split()[1]) for ln in stdout.splitlines() if ln.startswith("@@WALL")), None)
 
 
 def profile_mindspore(run: Path, stage: str, gk: bool, steps: int) -> dict:
@@ -97,7 +97,7 @@ def profile_ort(run: Path, threads: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="t2ms_prof_") as out:
         code = ORT_CHILD.format(repo=str(REPO), run=str(run.resolve()), threads=threads, steps=steps, out=out)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        path = next((l.split(" ", 1)[1] for l in proc.stdout.splitlines() if l.startswith("@@PROFILE")), None)
+        path = next((ln.split(" ", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("@@PROFILE")), None)
         if path is None:
             raise RuntimeError(f"onnxruntime profiling failed: {proc.stderr.strip().splitlines()[-1:]}")
         events = json.loads(Path(path).read_text())

@@ -281,7 +281,10 @@ def test_recipe_that_is_not_a_mapping(tmp_path):
         ("test_bad_input:returns_int", "the model returned int; torch2ms needs tensors, a tuple or a dict of tensors"),
         (
             "test_bad_input:linear_model",
-            "test_bad_input:linear_model: the model raised on the recipe's inputs (input [1, 3, 32, 32]): RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+            (
+                "test_bad_input:linear_model: the model raised on the recipe's inputs (input [1, 3, 32, 32]): "
+                "RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+            ),
         ),
     ],
     ids=["not-importable", "no-attribute", "raises", "not-a-module", "returns-int", "wrong-input-shape"],
@@ -302,9 +305,9 @@ def test_cli_model_that_fails_onnx_export_gives_the_exporters_reason(tmp_path):
     assert r.returncode == EXIT_USAGE, r.stderr
     msg = flat(r.stderr)
     assert (
-        "torch.onnx.export failed for test_bad_input:eig_model: UnsupportedOperatorError: Exporting the operator 'aten::linalg_eigvals' to ONNX opset version 17 is not supported"
-        in msg
-    )
+        "torch.onnx.export failed for test_bad_input:eig_model: UnsupportedOperatorError: Exporting the "
+        "operator 'aten::linalg_eigvals' to ONNX opset version 17 is not supported"
+    ) in msg
     assert "hint:" in msg and "Traceback" not in r.stderr
     root = tmp_path / "runs" / "tiny"
     assert_nothing_looks_complete(root, "export")
@@ -395,9 +398,9 @@ def test_checkpoint_mismatch_lists_every_missing_unexpected_and_misshaped_key(tm
     assert "missing keys (2): head.bias, stem.1.running_var" in msg
     assert "unexpected keys (2): extra.weight, module.stem.0.weight" in msg
     assert (
-        "shape mismatches (2): block.0.weight: checkpoint [8, 8, 5, 5] vs model [8, 8, 3, 3], head.weight: checkpoint [7, 8] vs model [5, 8]"
-        in msg
-    )
+        "shape mismatches (2): block.0.weight: checkpoint [8, 8, 5, 5] vs model [8, 8, 3, 3], head.weight: "
+        "checkpoint [7, 8] vs model [5, 8]"
+    ) in msg
     assert "is it the checkpoint of this model and these model.kwargs?" in msg
     assert not (tmp_path / "runs" / "tiny" / "export").exists()
 
@@ -545,10 +548,6 @@ def test_unsupported_ops_in_the_rebuild_stage_abort_it_cleanly(tmp_path):
 
 
 def test_cli_check_command_on_bad_onnx(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("torch2ms.commands.check") is None:
-        pytest.skip("`torch2ms check` does not exist yet (another engineer's command)")
     (tmp_path / "trunc.onnx").write_bytes(onnx.shape_inference.infer_shapes(_relu_model(17)).SerializeToString()[:20])
     onnx.save(_relu_model(10), tmp_path / "old.onnx")
     r = cli("check", "trunc.onnx", cwd=tmp_path)
@@ -605,7 +604,8 @@ def test_cli_nan_in_pytorch_reference_fails_the_export_stage(tmp_path):
     assert r.returncode == EXIT_CHECK_FAILED, r.stderr
     msg = flat(r.stderr)
     assert re.search(
-        r"stage 'export' failed: PyTorch's own output is not finite on the sample inputs \(output 'output': reference output has \d+ NaN\)",
+        r"stage 'export' failed: PyTorch's own output is not finite on the sample inputs \(output 'output': reference "
+        r"output has \d+ NaN\)",
         msg,
     ), msg
     assert "fix the model, its weights" in msg and "within tolerance" not in msg
@@ -666,7 +666,10 @@ def test_stage_output_of_the_wrong_shape_fails_the_stage_cleanly(tmp_path, monke
     path = write_recipe(tmp_path / "tiny.yaml")
     with pytest.raises(
         StageFailed,
-        match=r"stage 'rebuild' failed after \['export'\]: its outputs cannot be compared with PyTorch's: output 'output': shape \(2, 4\) differs from the reference's \(2, 5\)",
+        match=(
+            r"stage 'rebuild' failed after \['export'\]: its outputs cannot be compared with PyTorch's: output "
+            r"'output': shape \(2, 4\) differs from the reference's \(2, 5\)"
+        ),
     ) as info:
         run_until(path, until="rebuild")
     assert info.value.exit_code == EXIT_CHECK_FAILED

@@ -113,7 +113,7 @@ def test_detection_needs_postprocess_and_takes_names_there():
 
 def test_image_sample_data(tmp_path):
     """inputs[].data lists one entry per sample: photos are letterboxed into the tensor infer.py would feed."""
-    from torch2ms.stages.export import sample_inputs
+    from torch2ms.stages.export import ExportStage, sample_inputs
 
     data = dict(BASE, inputs=[{"name": "images", "shape": [1, 3, 320, 320], "data": ["skimage:coffee"]}])
     data["preprocess"] = {"mean": [0, 0, 0], "std": [1, 1, 1]}
@@ -123,8 +123,8 @@ def test_image_sample_data(tmp_path):
     rgb = yolo.letterbox(np.asarray(__import__("skimage").data.coffee()), (320, 320))[0]
     np.testing.assert_array_equal(x[0].transpose(1, 2, 0), rgb.astype(np.float32) / np.float32(255))  # as Ultralytics
     assert second["images"].std() > 0.5  # sample 1: seeded noise
-    assert "preprocess" in r.stage_config("export")  # the preprocessing makes the sample tensor
+    assert "preprocess" in ExportStage().config(r)  # the preprocessing makes the sample tensor
     with pytest.raises(RecipeError, match="scikit-image ships no photo 'nosuch'"):
-        parse_recipe(dict(data, inputs=[{"shape": [1, 3, 8, 8], "data": "skimage:nosuch"}])).stage_config("export")
+        ExportStage().config(parse_recipe(dict(data, inputs=[{"shape": [1, 3, 8, 8], "data": "skimage:nosuch"}])))
     with pytest.raises(RecipeError, match="inputs.0.data"):
         parse_recipe(dict(data, inputs=[{"shape": [1, 3, 8, 8], "data": "a.txt"}]))

@@ -306,8 +306,7 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     from torch2ms.compare import Tolerance
     from torch2ms.divergence import localize
     from torch2ms.errors import Torch2msError
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run
     shutil.copytree(root, tmp_path / "run")

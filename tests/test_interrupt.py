@@ -26,7 +26,8 @@ from conftest import REPO, TESTS, write_recipe
 from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, LockedError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import RunDir
-from torch2ms.recipe import STAGES, load_recipe
+from torch2ms.recipe import load_recipe
+from torch2ms.stages import stage_names
 
 # Artifacts whose bytes legitimately differ between two identical runs (see test_determinism):
 # compile.json holds latencies, and MindSpore writes a timestamp into every MindIR.
@@ -56,7 +57,11 @@ def flat(text: str) -> str:
 
 
 def records(root: Path) -> dict[str, dict]:
-    return {s: json.loads((root / s / "stage.json").read_text()) for s in STAGES if (root / s / "stage.json").exists()}
+    return {
+        s: json.loads((root / s / "stage.json").read_text())
+        for s in stage_names()
+        if (root / s / "stage.json").exists()
+    }
 
 
 def stable_view(rec: dict) -> dict:
@@ -133,7 +138,9 @@ def test_second_run_on_the_same_folder_is_refused_while_the_first_goes_on(uninte
     assert f"{uninterrupted['root']} is in use by another torch2ms process (pid {uninterrupted['pid']})" in msg
     assert "wait for it to finish, or use another --out" in msg
     recs = uninterrupted["records"]
-    assert [recs[s]["status"] for s in STAGES] == ["passed"] * 5, "the refused run disturbed the first one"
+    assert [recs[s]["status"] for s in stage_names()] == ["passed"] * len(stage_names()), (
+        "the refused run disturbed the first one"
+    )
     assert not (uninterrupted["root"] / ".lock").exists()
 
 
@@ -151,7 +158,7 @@ def kill_and_resume(workdir: Path, uninterrupted: dict, stage: str, attempts: in
     assert p.returncode == -signal.SIGKILL
 
     # what a SIGKILL leaves: earlier stages complete, this one only as a partial folder
-    done = STAGES[: STAGES.index(stage)]
+    done = stage_names()[: stage_names().index(stage)]
     recs = records(root)
     assert sorted(recs) == sorted(done) and all(r["status"] == "passed" for r in recs.values())
     assert not (root / stage).exists() and (root / f".{stage}.partial").is_dir()
@@ -162,10 +169,10 @@ def kill_and_resume(workdir: Path, uninterrupted: dict, stage: str, attempts: in
     log = flat(resumed.stderr)
     assert f"took over the lock left by pid {p.pid}, which is no longer running" in log
     assert f"removed leftovers of an interrupted run: .{stage}.partial" in log
-    for s in STAGES:
+    for s in stage_names():
         assert re.search(rf"\b{s} +{'up to date' if s in done else 'passed'}\b", log), (s, log)
     after = records(root)
-    for s in STAGES:
+    for s in stage_names():
         assert stable_view(after[s]) == stable_view(uninterrupted["records"][s]), s
     assert not [p.name for p in root.iterdir() if p.name.startswith(".")]
 
@@ -201,10 +208,10 @@ def test_ctrl_c_exits_130_says_where_and_how_to_resume(workdir, stage):
         [sys.executable, "-m", *again.split()], cwd=workdir, env=env(), capture_output=True, text=True, timeout=600
     )
     assert resumed.returncode == 0, resumed.stderr
-    statuses = {s: json.loads((root / s / "stage.json").read_text())["status"] for s in STAGES}
-    assert statuses == dict.fromkeys(STAGES, "passed")
+    statuses = {s: json.loads((root / s / "stage.json").read_text())["status"] for s in stage_names()}
+    assert statuses == dict.fromkeys(stage_names(), "passed")
     assert re.search(rf"\b{stage} +passed\b", flat(resumed.stderr))
-    for s in STAGES[: STAGES.index(stage)]:
+    for s in stage_names()[: stage_names().index(stage)]:
         assert re.search(rf"\b{s} +up to date\b", flat(resumed.stderr)), s
 
 
@@ -295,7 +302,7 @@ def test_changed_or_deleted_artifacts_rerun_exactly_the_affected_stages(tmp_path
         assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
         return [s.stage for s in result.stages if s.status == "passed"], logs
 
-    assert run()[0] == list(STAGES)
+    assert run()[0] == list(stage_names())
     baseline = {s: stable_view(r) for s, r in records(root).items()}
 
     def mutate_and_check(mutate, expect_rerun: list[str], expect_log: str | None):

@@ -15,7 +15,8 @@ def test_docs_operators_md_is_current():
     path = REPO / MARKDOWN_FILE
     assert path.is_file(), f"{MARKDOWN_FILE} is missing: run `torch2ms ops --write {MARKDOWN_FILE}`"
     assert path.read_text() == render_markdown(), (
-        f"{MARKDOWN_FILE} is out of date with the converter registry: run `torch2ms ops --write {MARKDOWN_FILE}` and commit it"
+        f"{MARKDOWN_FILE} is out of date with the converter registry: run `torch2ms ops --write {MARKDOWN_FILE}` and "
+        "commit it"
     )
 
 

@@ -15,7 +15,8 @@ from torch2ms.errors import CheckFailed
 from torch2ms.pipeline.report import write_reports
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.pipeline.workspace import load_npz
-from torch2ms.recipe import STAGES, load_recipe
+from torch2ms.recipe import load_recipe
+from torch2ms.stages import stage_names
 
 
 def run(recipe_path, **kw):
@@ -38,7 +39,7 @@ def converted(tmp_path_factory):
 def test_all_stages_pass_and_write_their_artifacts(converted):
     path, result = converted
     assert result.passed, statuses(result)
-    assert statuses(result) == dict.fromkeys(STAGES, "passed")
+    assert statuses(result) == dict.fromkeys(stage_names(), "passed")
     root = result.root
     for stage, files in {
         "export": ["model.onnx", "reference.npz"],
@@ -65,7 +66,7 @@ def test_all_stages_pass_and_write_their_artifacts(converted):
     )
     assert "has_bn=True" not in (root / "fold" / "network.py").read_text()
     report = json.loads((root / "report.json").read_text())
-    assert report["passed"] and [s["stage"] for s in report["stages"]] == list(STAGES)
+    assert report["passed"] and [s["stage"] for s in report["stages"]] == list(stage_names())
     assert "| rebuild | passed |" in (root / "report.md").read_text()
 
 
@@ -89,7 +90,7 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
     path = write_recipe(tmp_path / "tiny.yaml")
     assert run(path).passed
     again = run(path)
-    assert statuses(again) == dict.fromkeys(STAGES, "up to date")
+    assert statuses(again) == dict.fromkeys(stage_names(), "up to date")
 
     write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4})
     changed = run(path)
@@ -103,7 +104,7 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
 
     write_recipe(path, compile={"graph_kernel": "off", "warmup": 1, "runs": 4}, rebuild={"fuse_conv_bn_act": False})
     unfused = run(path)
-    assert statuses(unfused) == {"export": "up to date", **dict.fromkeys(STAGES[1:], "passed")}
+    assert statuses(unfused) == {"export": "up to date", **dict.fromkeys(stage_names()[1:], "passed")}
     counts = json.loads((unfused.root / "rebuild" / "stage.json").read_text())["counts"]
     assert counts["conv2d_bn_act"] == 0 and counts["batchnorm_layers"] == 3
 
@@ -115,7 +116,7 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
         "compile": "passed",
         "mindir": "passed",
     }
-    assert statuses(run(path, force=True)) == dict.fromkeys(STAGES, "passed")
+    assert statuses(run(path, force=True)) == dict.fromkeys(stage_names(), "passed")
 
 
 def test_changed_conversion_code_reconverts(tmp_path, monkeypatch):
@@ -126,7 +127,7 @@ def test_changed_conversion_code_reconverts(tmp_path, monkeypatch):
     assert run(path).passed
     assert runner.source_hash() == runner.source_hash()  # stable within a process
     monkeypatch.setattr(runner, "_source_hash", "0123456789abcdef")
-    assert statuses(run(path)) == dict.fromkeys(STAGES, "passed")
+    assert statuses(run(path)) == dict.fromkeys(stage_names(), "passed")
 
 
 def test_source_hash_covers_converters_not_commands(tmp_path, monkeypatch):
@@ -214,7 +215,7 @@ def test_out_of_tolerance_stage_fails_the_run_and_keeps_its_artifacts(tmp_path):
     st = statuses(result)
     assert not result.passed and "failed" in st.values()
     failed = result.failed_stage
-    assert all(v == "not run" for k, v in st.items() if STAGES.index(k) > STAGES.index(failed.stage))
+    assert all(v == "not run" for k, v in st.items() if stage_names().index(k) > stage_names().index(failed.stage))
     record = json.loads((result.root / failed.stage / "stage.json").read_text())
     assert record["status"] == "failed" and "relative error" in record["violations"][0]
     with pytest.raises(CheckFailed, match=f"stage '{failed.stage}' is out of tolerance"):

@@ -19,7 +19,7 @@ from conftest import REPO, TESTS
 
 from torch2ms.cli import main
 from torch2ms.errors import RecipeError
-from torch2ms.recipe import STAGES
+from torch2ms.stages import stage_names
 from torch2ms.zoo import ZooOptions, load_zoo, parse_zoo, run_batch
 
 DEFAULTS = {
@@ -98,7 +98,7 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
     rows = {r["name"]: r for r in data["models"]}
     assert list(rows) == ["tiny_net", "tiny_seg"]
     for r in rows.values():
-        assert r["status"] == "passed" and r["stages"] == dict.fromkeys(STAGES, "passed") and not r["cached"]
+        assert r["status"] == "passed" and r["stages"] == dict.fromkeys(stage_names(), "passed") and not r["cached"]
         assert r["worst_rel_error"] <= 1e-4 and r["min_cosine"] >= 0.99999
         assert r["latency_ms"] > 0 and r["peak_rss_mb"] > 100 and r["convert_s"] > 0
         assert (out / r["name"] / "report.json").is_file()  # the ordinary run folder
@@ -128,9 +128,9 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         if c
     }
     for name, r in rows.items():
-        expect = [r["status"], *(r["stages"][s] for s in STAGES)]
-        assert md_rows[name][1 : 2 + len(STAGES)] == expect
-        assert html_rows[name][1 : 2 + len(STAGES)] == expect
+        expect = [r["status"], *(r["stages"][s] for s in stage_names())]
+        assert md_rows[name][1 : 2 + len(stage_names())] == expect
+        assert html_rows[name][1 : 2 + len(stage_names())] == expect
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -143,7 +143,7 @@ def test_rerun_skips_finished_models(tiny_zoo):
     data = summary(out)
     for r in data["models"]:
         assert r["status"] == "passed" and r["cached"], r
-        assert r["stages"] == dict.fromkeys(STAGES, "up to date")
+        assert r["stages"] == dict.fromkeys(stage_names(), "up to date")
         # figures of the run that did the work are kept
         assert r["convert_s"] == before[r["name"]]["convert_s"] and r["peak_rss_mb"] == before[r["name"]]["peak_rss_mb"]
     assert again < first_s
@@ -277,7 +277,7 @@ def test_ray_executor_gives_the_same_statuses_as_local(tiny_zoo, tmp_path):
         ray.shutdown()
     assert data["executor"] == "ray" and data["headline"] == "2/2 models passed (100.0%)"
     got = {r["name"]: (r["status"], r["stages"]) for r in data["models"]}
-    assert got == local == {n: ("passed", dict.fromkeys(STAGES, "passed")) for n in ("tiny_net", "tiny_seg")}
+    assert got == local == {n: ("passed", dict.fromkeys(stage_names(), "passed")) for n in ("tiny_net", "tiny_seg")}
     assert [r["name"] for r in data["models"]] == list(local)
 
 
@@ -294,25 +294,12 @@ def test_ray_executor_without_ray_says_how_to_get_it(monkeypatch, tmp_path):
 
 # Known gaps of the CI subset, as data: the model, the stage that fails and why. A gap that starts
 # passing fails the test, so that it is removed from here.
-CI_KNOWN_GAPS: dict[str, tuple[str, str]] = {}  # ViT-B/16's 19 GB compile was fixed in the MatMul converter
-
-
 def test_ci_zoo_every_model_passes(tmp_path):
-    """recipes/zoo/ci.yaml, one model per family: 80 s with --jobs 2 on 2 cores (before the MatMul fix ViT was OOM-killed)
-    (under ~10 min, so not marked slow)."""
+    """recipes/zoo/ci.yaml, one model per family: 80 s with --jobs 2 on 2 cores (under ~10 min, so not
+    marked slow)."""
     out = tmp_path / "ci"
     code = zoo_cli(REPO / "recipes" / "zoo" / "ci.yaml", "--jobs", 2, "--out", out)
     rows = {r["name"]: r for r in summary(out)["models"]}
-    failed = {
-        n: f"{r['status']}: {r['reason']}"
-        for n, r in rows.items()
-        if r["status"] != "passed" and n not in CI_KNOWN_GAPS
-    }
+    failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed"}
     assert not failed, failed
-    fixed = [n for n in CI_KNOWN_GAPS if rows[n]["status"] == "passed"]
-    assert not fixed, f"{fixed} pass now: remove them from CI_KNOWN_GAPS"
-    for n, (stage, _) in CI_KNOWN_GAPS.items():
-        assert rows[n]["stages"][stage] not in ("passed", "not run"), rows[n]
-    assert code == (0 if not CI_KNOWN_GAPS else 1)
-    if CI_KNOWN_GAPS:
-        pytest.xfail("known gaps: " + "; ".join(f"{n} at {s}: {why}" for n, (s, why) in CI_KNOWN_GAPS.items()))
+    assert code == 0

@@ -20,7 +20,10 @@ state = {"debug": False}
 CpuIsa = typer.Option(
     None,
     "--cpu-isa",
-    help="oneDNN ISA cap for MindSpore (e.g. AVX2, default); env TORCH2MS_CPU_ISA. Auto: on AVX-512/AMX CPUs, the faster of AVX2 and the default, measured once and cached.",
+    help=(
+        "oneDNN ISA cap for MindSpore (e.g. AVX2, default); env TORCH2MS_CPU_ISA. Auto: on AVX-512/AMX CPUs, the "
+        "faster of AVX2 and the default, measured once and cached."
+    ),
 )
 
 

@@ -51,7 +51,7 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     from torch2ms.pipeline.stage import StageOutput
     from torch2ms.pipeline.workspace import atomic_write_text, sha256_file, write_json
 
-    onnx_path = ctx.stage_dir("export") / "model.onnx"
+    onnx_path = ctx.artifact("model.onnx")
     graph = ctx.onnx_graph(onnx_path)
     fired = run_passes(graph, passes)
     net = convert_graph(graph, class_name_for(ctx.recipe.name), "model.onnx", sha256_file(onnx_path), ctx.recipe.name)

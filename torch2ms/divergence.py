@@ -34,8 +34,6 @@ import numpy as np
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
 
-STAGES = ("rebuild", "fold")
-
 
 class _Accumulator(MetricsAccumulator):
     """``compare``'s metrics of one tensor over samples added one at a time; a shape mismatch is
@@ -268,7 +266,8 @@ def localize(
     made_from = re.search(r"\(sha256 ([0-9a-f]{16}), opset", source)
     if made_from and not sha256_file(onnx_path).startswith(made_from.group(1)):
         raise Torch2msError(
-            f"{stage_dir / 'network.py'} was generated from another ONNX file than {onnx_path} (sha256 {made_from.group(1)}...)",
+            f"{stage_dir / 'network.py'} was generated from another ONNX file than {onnx_path} (sha256 "
+            f"{made_from.group(1)}...)",
             hint=f"the export changed since; run `torch2ms convert` again so that the {stage} stage is regenerated",
         )
     entries = json.loads((stage_dir / "tensor_map.json").read_text())
@@ -282,7 +281,8 @@ def localize(
     variables = list(dict.fromkeys(e["var"] for e in compared))
     if not compared:
         raise Torch2msError(
-            f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to compare"
+            f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to "
+            "compare"
         )
 
     sess = session_with_outputs(model, names)
@@ -355,7 +355,8 @@ def _fmt(m: OutputMetrics | None) -> str:
 def render_text(report: DiffReport) -> str:
     tol = report.tolerance
     lines = [
-        f"{report.stage}: {len(report.tensors)} tensors of the generated code compared with onnxruntime on {report.samples} sample(s) "
+        f"{report.stage}: {len(report.tensors)} tensors of the generated code compared with onnxruntime on "
+        f"{report.samples} sample(s) "
         f"(rel error <= {tol.rel_error:g}, cosine >= {tol.cosine})"
     ]
     t = report.first
@@ -384,7 +385,8 @@ def render_text(report: DiffReport) -> str:
     rest = report.inherited
     if rest:
         lines.append(
-            f"  after it: {len(rest)} more tensor(s) out of tolerance, inherited (last: {rest[-1].var}, {_fmt(rest[-1].metrics)})"
+            f"  after it: {len(rest)} more tensor(s) out of tolerance, inherited (last: {rest[-1].var}, "
+            f"{_fmt(rest[-1].metrics)})"
         )
     return "\n".join(lines)
 
@@ -403,7 +405,8 @@ def render_markdown(report: DiffReport) -> str:
     for t in report.tensors:
         mark = "**first divergence**: " if t is report.first else ""
         lines.append(
-            f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | {mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} |"
+            f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | "
+            f"{mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} |"
         )
     if report.not_compared:
         lines += ["", f"Not compared (not an ONNX node output): {', '.join(report.not_compared)}"]

@@ -46,7 +46,7 @@ def factory_source_sha256(spec: str, search_dirs: list[Path]) -> str | None:
     """
     import importlib.util
 
-    from torch2ms.recipe import file_sha256
+    from torch2ms.pipeline.workspace import sha256_file
 
     module_name = spec.partition(":")[0]
     for d in search_dirs:
@@ -59,7 +59,7 @@ def factory_source_sha256(spec: str, search_dirs: list[Path]) -> str | None:
     origin = getattr(found, "origin", None)
     if not origin or not Path(origin).is_file():
         return None
-    return file_sha256(Path(origin))
+    return sha256_file(Path(origin))
 
 
 def build_model(recipe: Recipe):
@@ -159,3 +159,16 @@ def randomize_norm(model, seed: int) -> int:
                     m.bias.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
                 n += 1
     return n
+
+
+def flatten_outputs(out) -> dict:
+    """Name a model's outputs: a tensor -> 'output'; tuple -> output0..; dict -> its keys."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return {"output": out}
+    if isinstance(out, dict):
+        return {str(k): v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    if isinstance(out, (tuple, list)):
+        return {f"output{i}": v for i, v in enumerate(out) if isinstance(v, torch.Tensor)}
+    raise ModelError(f"the model returned {type(out).__name__}; torch2ms needs tensors, a tuple or a dict of tensors")

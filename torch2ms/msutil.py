@@ -25,6 +25,18 @@ def mindspore():
     return ms
 
 
+def set_graph_mode(ms, graph_kernel: bool = False, flags: str = "", jit_level: str | None = None) -> None:
+    """GRAPH_MODE with or without graph-kernel fusion (its flags go through the environment)."""
+    kwargs = {"mode": ms.GRAPH_MODE, "enable_graph_kernel": graph_kernel}
+    if jit_level:
+        kwargs["jit_config"] = {"jit_level": jit_level}
+    if flags:
+        os.environ["MS_DEV_GRAPH_KERNEL_FLAGS"] = flags
+    else:
+        os.environ.pop("MS_DEV_GRAPH_KERNEL_FLAGS", None)
+    ms.set_context(**kwargs)
+
+
 def load_network_module(path: Path, tag: str):
     # Named after the code, not hash(path): hash() of a str changes with every process
     # (PYTHONHASHSEED) and the path with every --out, and MindSpore writes this module name

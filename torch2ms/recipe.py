@@ -19,8 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from torch2ms.errors import RecipeError
 
-STAGES = ("export", "rebuild", "fold", "compile", "mindir")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -242,74 +240,13 @@ class Recipe(_Strict):
             raise RecipeError(f"{entry}: scikit-image ships no photo {name!r}", hint=f"one of: {', '.join(shipped)}")
         return found[0]
 
-    def stage_config(self, stage: str) -> dict[str, Any]:
-        """The part of the recipe a stage depends on (its fingerprint input)."""
-        common = {
-            "check": self.check.model_dump(mode="json"),
-            "inputs": [i.model_dump(mode="json") for i in self.inputs],
-        }
-        if self.postprocess is not None:  # the detection check of every stage depends on it
-            common["postprocess"] = self.postprocess.model_dump(mode="json")
-        if stage == "export":
-            from torch2ms.model_loader import factory_source_sha256
-
-            model = self.model.model_dump(mode="json")
-            source = factory_source_sha256(self.model.factory, [Path.cwd(), Path(self.base_dir).resolve()])
-            if source:
-                model["factory_source_sha256"] = source
-            if self.model.checkpoint:
-                path = self.resolve(self.model.checkpoint)
-                if not path.is_file():
-                    raise RecipeError(
-                        f"model.checkpoint: {path}: file not found",
-                        hint="check the path (a relative path starts at the recipe's folder)",
-                    )
-                model["checkpoint_sha256"] = file_sha256(path)
-            # the sample data's bytes, not only its path: new data in the same file is a new reference
-            data = {}
-            for i in self.inputs:
-                hashes = []
-                for entry in i.data_sources():
-                    path = self.resolve_data(entry)
-                    if not path.is_file():
-                        raise RecipeError(
-                            f"inputs.{i.name}.data: {path}: file not found",
-                            hint="check the path (a relative path starts at the recipe's folder)",
-                        )
-                    hashes.append(file_sha256(path))
-                if hashes:
-                    data[i.name] = hashes[0] if isinstance(i.data, str) else hashes
-            images = any(not e.endswith(".npy") for i in self.inputs for e in i.data_sources())
-            return {
-                **common,
-                "model": model,
-                "export": self.export.model_dump(mode="json"),
-                **({"inputs_data_sha256": data} if data else {}),
-                # images become sample tensors through the preprocessing
-                **({"preprocess": self.preprocess.model_dump(mode="json")} if images else {}),
-            }
-        return {**common, stage: getattr(self, stage).model_dump(mode="json")}
-
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(chunk):
-                h.update(block)
-    except FileNotFoundError:
-        raise RecipeError(
-            f"{path}: file not found", hint="check the path in the recipe (relative paths start at the recipe's folder)"
-        ) from None
-    return h.hexdigest()
-
-
-def _fields_at(loc: tuple) -> list[str]:
+def _fields_at(loc: tuple, model: type[BaseModel] | None = None) -> list[str]:
     """The keys allowed in the mapping that holds ``loc``'s last key (``compile.x`` -> CompileSpec's)."""
-    model: type[BaseModel] = Recipe
+    model = model or Recipe
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -338,21 +275,26 @@ def _format_validation(source: str, err: ValidationError) -> str:
     lines = [f"{source}: invalid recipe ({len(errors)} problem{'s' if len(errors) > 1 else ''}):"]
     for e in errors:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            allowed = _fields_at(e["loc"])
-            close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
-            msg = (
-                "unknown key"
-                + (f"; did you mean {close[0]!r}?" if close else "")
-                + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
-            )
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        elif "input" in e and not isinstance(e["input"], (dict, list)):
-            msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"  {loc}: {msg}")
+        lines.append(f"  {loc}: {error_message(e)}")
     return "\n".join(lines)
+
+
+def error_message(e: dict, model: type[BaseModel] | None = None) -> str:
+    """One pydantic error of a recipe (or of ``model``) as the user reads it: an unknown key gets a
+    did-you-mean and the keys allowed there."""
+    if e["type"] == "extra_forbidden":
+        allowed = _fields_at(e["loc"], model)
+        close = difflib.get_close_matches(str(e["loc"][-1]), allowed, n=1)
+        return (
+            "unknown key"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
+        )
+    if e["type"] == "missing":
+        return "required field is missing"
+    if "input" in e and not isinstance(e["input"], (dict, list)):
+        return f"{e['msg']} (got {e['input']!r})"
+    return e["msg"]
 
 
 def parse_recipe(data: Any, source: str = "<recipe>", base_dir: str | Path = ".") -> Recipe:
@@ -364,6 +306,16 @@ def parse_recipe(data: Any, source: str = "<recipe>", base_dir: str | Path = "."
         raise RecipeError(_format_validation(source, err)) from None
 
 
+def read_yaml(path: Path):
+    """Parse a YAML file; a syntax error names the file, line and column."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+
+
 def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     if not path.is_file():
@@ -371,10 +323,4 @@ def load_recipe(path: str | Path) -> Recipe:
             f"{path}: recipe file not found",
             hint="pass an existing YAML file with --recipe, e.g. recipes/deeplabv3plus.yaml",
         )
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return parse_recipe(data, str(path), base_dir=path.parent)
+    return parse_recipe(read_yaml(path), str(path), base_dir=path.parent)

@@ -178,7 +178,8 @@ def _auto(flags: set[str]) -> CpuChoice:
     fallback = CpuChoice(
         "AVX2",
         "auto",
-        f"CPU has {', '.join(wide)}: MindSpore's oneDNN convolutions fall back to reference code above AVX2 (measured 40-80x slower)",
+        f"CPU has {', '.join(wide)}: MindSpore's oneDNN convolutions fall back to reference code above AVX2 (measured "
+        "40-80x slower)",
     )
     if os.environ.get("TORCH2MS_CPU_CALIBRATE", "1") == "0" or "mindspore" in sys.modules:
         return fallback

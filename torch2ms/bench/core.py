@@ -185,7 +185,7 @@ def run_worker(spec: dict, timeout: float) -> tuple[dict | None, str]:
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("@@RESULT "):
             return json.loads(line[len("@@RESULT ") :]), ""
-    tail = [l for l in proc.stderr.strip().splitlines() if l.strip()][-1:] or [f"exit code {proc.returncode}"]
+    tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or [f"exit code {proc.returncode}"]
     return None, tail[0][:300]
 
 
@@ -196,8 +196,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def bench_batch(
     recipe: Recipe, folders: dict[str, Path], batch: int, options: BenchOptions, log: Callable[[str], None]
 ) -> dict[str, VariantResult]:
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     inputs, ref_out = split_reference(load_npz(folders["export"] / "reference.npz"))
     names = list(ref_out[0])

@@ -101,18 +101,18 @@ def targets(data: dict) -> list[tuple[str, str, bool | None]]:
         best = ms_variants[best_key]["median_ms"]
         tag = f"batch {batch}, best = {best_key} {best:.1f} ms"
 
-        def ratio(key: str, label: str, limit: float, faster: bool):
+        for key, label, limit, faster in (
+            ("ms_pynative_plain", "speed-up vs PyNative plain", 2.0, True),
+            ("torch", "time vs PyTorch eager", 1.0, False),
+            ("onnxruntime", "time vs onnxruntime", 1.25, False),
+        ):
             ref = (ok.get(key) or {}).get("median_ms")
             if ref is None:
                 out.append((f"{tag}: {label}", "not measured", None))
-                return
+                continue
             value = ref / best if faster else best / ref
             want = f">= {limit:g}x" if faster else f"<= {limit:g}x"
             out.append((f"{tag}: {label} {want}", f"{value:.2f}x", value >= limit if faster else value <= limit))
-
-        ratio("ms_pynative_plain", "speed-up vs PyNative plain", 2.0, True)
-        ratio("torch", "time vs PyTorch eager", 1.0, False)
-        ratio("onnxruntime", "time vs onnxruntime", 1.25, False)
         dep, pyn = (
             (results.get("ms_mindir") or {}).get("peak_rss_mb"),
             (results.get("ms_pynative_plain") or {}).get("peak_rss_mb"),
@@ -138,12 +138,16 @@ def markdown(data: dict, png_name: str = "latency.png") -> str:
     m, opts = data["machine"], data["options"]
     cpu = data.get("cpu_setting") or {}
     lines = [
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs ({', '.join(m['isa_flags'])}); load average {m.get('load_avg_1min_at_start') or 0:.2f} at start, {m.get('load_avg_1min_at_end') or 0:.2f} at the end (other jobs share the machine). "
-        f"{opts['threads']} threads per framework; {opts['warmup']} warm-up + {opts['runs']} timed rounds, round-robin over variants. "
+        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs ({', '.join(m['isa_flags'])}); load average "
+        f"{m.get('load_avg_1min_at_start') or 0:.2f} at start, {m.get('load_avg_1min_at_end') or 0:.2f} at the "
+        "end (other jobs share the machine). "
+        f"{opts['threads']} threads per framework; {opts['warmup']} warm-up + {opts['runs']} timed rounds, "
+        "round-robin over variants. "
         f"MindSpore CPU setting: ONEDNN_MAX_CPU_ISA={cpu.get('isa', '?')} ({cpu.get('source', '?')}).",
         "",
         "median/p90: interleaved, outputs materialised; vs torch / vs ORT: median ratio (lower is faster); "
-        "alone ms: median when the variant runs alone in its own process; peak RSS: that process's maximum resident set.",
+        "alone ms: median when the variant runs alone in its own process; peak RSS: that process's maximum "
+        "resident set.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -209,8 +213,8 @@ def link_report(report: Path, body: str) -> None:
         nxt = rest.find("\n## ", 1)
         text = head.rstrip("\n") + ("\n\n" + rest[nxt + 1 :] if nxt >= 0 else "")
     text = (
-        text.rstrip("\n")
-        + f"\n\n{SECTION}\n\nFrom `torch2ms bench` ([bench/bench.md](bench/bench.md), raw data in bench/bench.json).\n\n{body}"
+        text.rstrip("\n") + f"\n\n{SECTION}\n\nFrom `torch2ms bench` ([bench/bench.md](bench/bench.md), raw data in "
+        f"bench/bench.json).\n\n{body}"
     )
     atomic_write_text(report, text)
 

@@ -80,8 +80,7 @@ def load(
 def _torch(variant, folders, recipe, settings) -> Loaded:
     import torch
 
-    from torch2ms.model_loader import build_model
-    from torch2ms.stages.export import flatten_outputs
+    from torch2ms.model_loader import build_model, flatten_outputs
 
     torch.set_num_threads(settings.threads)
     model = build_model(recipe).eval()
@@ -122,7 +121,7 @@ def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
 
 
 def _ms_context(ms, variant: Variant, settings: Settings) -> Callable[[], None]:
-    from torch2ms.stages.compile import set_graph_mode
+    from torch2ms.msutil import set_graph_mode
 
     if variant.mode == "pynative":
         return lambda: ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)

@@ -20,19 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from torch2ms.memory import peak_rss_mb, rss_mb
+
 RESULT = "@@RESULT "
-
-
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process. Not ``ru_maxrss``: Linux keeps that
-    across ``execve``, so a child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 def _import_framework(kind: str) -> None:
@@ -48,13 +38,12 @@ def _import_framework(kind: str) -> None:
 
 def measure(spec: dict) -> dict:
     from torch2ms.bench.variants import BY_KEY, Settings, load
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
     from torch2ms.recipe import parse_recipe
 
     variant = BY_KEY[spec["variant"]]
     _import_framework(variant.kind)
-    baseline = _status_mb("VmRSS")
+    baseline = rss_mb()
     recipe = parse_recipe(spec["recipe"], "bench", spec["base_dir"])
     folders = {k: Path(v) for k, v in spec["folders"].items()}
     inputs, _ = split_reference(load_npz(folders["export"] / "reference.npz"))
@@ -69,21 +58,20 @@ def measure(spec: dict) -> dict:
     return {
         "first_call_s": loaded.first_call_s,
         "median_ms": statistics.median(times) * 1e3,
-        "peak_rss_mb": _status_mb("VmHWM"),
+        "peak_rss_mb": peak_rss_mb(),
         "import_rss_mb": baseline,
     }
 
 
 def dump(spec: dict) -> dict:
     from torch2ms import msutil
-    from torch2ms.stages.compile import set_graph_mode
+    from torch2ms.msutil import set_graph_mode
 
     ms = msutil.mindspore()
     os.environ["MS_DEV_DUMP_IR_PASSES"] = "graph_build"
     set_graph_mode(ms, spec["graph_kernel"], spec.get("graph_kernel_flags", ""), spec.get("jit_level"))
     ms.set_context(save_graphs=1, save_graphs_path=spec["dump_dir"], runtime_num_threads=spec["threads"])
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     inputs, _ = split_reference(load_npz(Path(spec["export"]) / "reference.npz"))
     cell = msutil.build_network(Path(spec["network"]), "dump")

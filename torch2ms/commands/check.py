@@ -32,22 +32,25 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def _export_for(recipe_path: Path, out: Path | None):
-    """The recipe's ONNX: runs/<name>/export/model.onnx, exported first unless up to date."""
+    """The recipe's ONNX, made by the stages up to the one that writes model.onnx (skipped when up to date)."""
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import writer_of
 
     r = load_recipe(recipe_path)
     runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
-    result = runner.run(until="export")
-    export = result.stages[0]
-    console.print(f"  export   {export.status}", highlight=False)
-    if export.status == "failed":
-        console.print(
-            f"[yellow]warning:[/yellow] the export is out of tolerance against PyTorch ({export.reason}); its ONNX is analysed anyway",
-            highlight=False,
-        )
+    result = runner.run(until=writer_of("model.onnx", r))
+    for st in result.stages:
+        if st.status != "not run":
+            console.print(f"  {st.stage:<8} {st.status}", highlight=False)
+        if st.status == "failed":
+            console.print(
+                f"[yellow]warning:[/yellow] {st.stage} is out of tolerance against PyTorch ({st.reason});"
+                " its ONNX is analysed anyway",
+                highlight=False,
+            )
     shapes = {i.name: tuple(i.shape) for i in r.inputs}
-    return runner.run_dir.stage_dir("export") / "model.onnx", shapes, r.rebuild.fuse_conv_bn_act, r.fold.enabled
+    return runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold.enabled
 
 
 @app.command()
@@ -57,7 +60,7 @@ def check(
         None,
         "--recipe",
         "-r",
-        help="recipe YAML: check its model, exported to runs/<name>/export/ unless that is up to date",
+        help="recipe YAML: check its model, exported into its run folder unless that is up to date",
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="output root with --recipe (default: the recipe's `output`, runs/)"
@@ -94,7 +97,8 @@ def check(
     counts = graph.op_counts()
     listing = ", ".join(f"{op} x{n}" for op, n in counts.items())
     out_console.print(
-        f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: {listing}",
+        f"OK {path} (opset {graph.opset}): {len(graph.nodes)} nodes of {len(counts)} op types, all convertible: "
+        f"{listing}",
         highlight=False,
         soft_wrap=True,
     )

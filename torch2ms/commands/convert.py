@@ -14,13 +14,11 @@ from torch2ms.errors import EXIT_INTERRUPTED
 def convert(
     recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML"),
     out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
-    from_stage: str | None = typer.Option(
-        None, "--from", help="re-run from this stage on (export, rebuild, fold, compile, mindir)"
-    ),
+    from_stage: str | None = typer.Option(None, "--from", help="re-run from this stage on (see the list above)"),
     force: bool = typer.Option(False, "--force", help="re-run every stage"),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
-    """Run the five stages (export, rebuild, fold, compile, mindir); skip what is up to date."""
+    """Run the stages in order; skip what is up to date. The stages:"""
     from torch2ms.pipeline.report import print_table, write_reports
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.recipe import load_recipe
@@ -57,3 +55,12 @@ def convert(
     print_table(result, out_console)
     console.print(f"report: {result.root / 'report.md'}  ({result.seconds:.1f} s)")
     raise_for(result)
+
+
+def _stage_help() -> str:
+    from torch2ms.stages import PIPELINE
+
+    return "\n\n".join(f"{cls.name}: {cls.summary}" for cls in PIPELINE)
+
+
+convert.__doc__ += "\n\n" + _stage_help()

@@ -11,20 +11,24 @@ from torch2ms.errors import EXIT_CHECK_FAILED, Torch2msError
 
 
 def _default_stage(run_dir) -> str:
-    """The rebuild or fold stage that failed its check, else rebuild."""
-    from torch2ms.divergence import STAGES
+    """The stage with a network.py that failed its check, else the first with one."""
+    from torch2ms.stages import localized_stages
 
-    for s in STAGES:
+    stages = localized_stages()
+    for s in stages:
         if (run_dir.read_record(s) or {}).get("status") == "failed":
             return s
-    return STAGES[0]
+    return stages[0]
 
 
 @app.command()
 def diff(
     recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML of a converted model"),
     stage: str | None = typer.Option(
-        None, "--stage", "-s", help="rebuild or fold (default: the one that failed its check, else rebuild)"
+        None,
+        "--stage",
+        "-s",
+        help="a stage that writes network.py (default: the one that failed its check, else the first)",
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
     cpu_isa: str | None = CpuIsa,
@@ -32,27 +36,31 @@ def diff(
     """Compare every tensor of a stage's network.py with onnxruntime and name the first diverging
     node; write diff.json/diff.md into the stage folder. Exit 1 if a node diverges."""
     from torch2ms.compare import Tolerance
-    from torch2ms.divergence import STAGES, localize, render_text, write_diff
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import RunDir, load_npz
+    from torch2ms.divergence import localize, render_text, write_diff
+    from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import localized_stages
 
     r = load_recipe(recipe)
     run_dir = RunDir(Path(out or r.output) / r.name)
     stage = stage or _default_stage(run_dir)
-    if stage not in STAGES:
+    if stage not in localized_stages():
         raise Torch2msError(
-            f"--stage {stage!r}: choose one of {', '.join(STAGES)} (the stages that generate network.py)"
+            f"--stage {stage!r}: choose one of {', '.join(localized_stages())} (the stages that generate network.py)"
         )
-    if stage == "fold" and not r.fold.enabled:
+    from torch2ms.pipeline.context import RunContext
+    from torch2ms.stages import PIPELINE, writer_of
+
+    declared = next(cls() for cls in PIPELINE if cls.name == stage)
+    if not declared.enabled(r):
         raise Torch2msError(
-            f"--stage fold: the fold stage is disabled in {recipe} (fold.enabled: false)", hint="use --stage rebuild"
+            f"--stage {stage}: the {stage} stage is disabled in {recipe} ({declared.section}.enabled: false)",
+            hint=f"use --stage {writer_of('network.py', r)}",
         )
     stage_dir = run_dir.stage_dir(stage)
-    export_dir = run_dir.stage_dir("export")
-    needed = [export_dir / "model.onnx", export_dir / "reference.npz"] + [
-        stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")
-    ]
+    ctx = RunContext(r, run_dir)
+    onnx_path, reference = ctx.artifact("model.onnx"), ctx.artifact("reference.npz")
+    needed = [onnx_path, reference] + [stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
         raise Torch2msError(
@@ -62,10 +70,8 @@ def diff(
     setup_cpu(cpu_isa)
     run_dir.lock()
     try:
-        samples, _ = split_reference(load_npz(export_dir / "reference.npz"))
-        report = localize(
-            export_dir / "model.onnx", stage_dir, samples, Tolerance(r.check.rel_error, r.check.cosine), stage
-        )
+        samples, _ = split_reference(load_npz(reference))
+        report = localize(onnx_path, stage_dir, samples, Tolerance(r.check.rel_error, r.check.cosine), stage)
         paths = write_diff(report, stage_dir)
     finally:
         run_dir.unlock()

@@ -20,16 +20,17 @@ def package(
         help="board: atlas-200i-dk-a2, atlas-200i-a2, atlas-300i-pro, atlas-300i-duo, atlas-200-dk",
     ),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="folder for the archive"),
-    runs: Path | None = typer.Option(
-        None, "--runs", help="run folders root (default: the recipe's `output`, runs/)"
-    ),
+    runs: Path | None = typer.Option(None, "--runs", help="run folders root (default: the recipe's `output`, runs/)"),
     version: str | None = typer.Option(
         None, "--version", help="bundle version (default: <torch2ms version>-<recipe sha256[:8]>)"
     ),
     precision: str = typer.Option(
         "fp16",
         "--precision",
-        help="conversion precision on the board: fp16 (Ascend default, fastest) or fp32 (keep fp32 where a kernel allows)",
+        help=(
+            "conversion precision on the board: fp16 (Ascend default, fastest) or fp32 (keep fp32 where a kernel "
+            "allows)"
+        ),
     ),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
@@ -81,11 +82,13 @@ def verify(
     warnings = res.manifest.get("warnings", [])
     if warnings:
         out_console.print(
-            f"  {len(warnings)} target warning(s) for {res.manifest['target']['board']}: see compatibility.md in the bundle",
+            f"  {len(warnings)} target warning(s) for {res.manifest['target']['board']}: see compatibility.md in the "
+            "bundle",
             highlight=False,
         )
     out_console.print(
-        f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} samples "
+        f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} "
+        "samples "
         f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']})",
         highlight=False,
     )

@@ -29,7 +29,8 @@ def _progress(state, total: int):
     filled = int(width * done / total) if total else width
     lines = [
         Text.from_markup(
-            f"[bold]{done}/{total}[/bold] done  [green]{ok} passed[/green]  [red]{bad} failed[/red]  {len(running)} running  "
+            f"[bold]{done}/{total}[/bold] done  [green]{ok} passed[/green]  [red]{bad} failed[/red]  {len(running)} "
+            "running  "
             f"[cyan]{'━' * filled}[/cyan][dim]{'━' * (width - filled)}[/dim]"
         )
     ]
@@ -123,7 +124,8 @@ def zoo(
     _print_table(data)
     paths = data["paths"]
     console.print(
-        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  {paths['json']}"
+        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  "
+        f"{paths['json']}"
     )
     if data["passed"] != data["total"]:
         raise typer.Exit(EXIT_CHECK_FAILED)
@@ -146,7 +148,7 @@ def _print_table(data: dict) -> None:
     ✗ failed, T timeout, M out of memory, ! crashed, · not run); the files have the full table."""
     from rich.table import Table
 
-    from torch2ms.recipe import STAGES
+    from torch2ms.stages import stage_names
     from torch2ms.zoo.summary import cells
 
     table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
@@ -168,6 +170,6 @@ def _print_table(data: dict) -> None:
     style = {"passed": "green", "failed": "red", "timeout": "red", "oom": "red", "crashed": "red"}
     for r in data["models"]:
         c = cells(r)
-        marks = "".join(STAGE_MARK.get(r["stages"].get(s, "not run"), "?") for s in STAGES)
-        table.add_row(c[0], c[1], marks, *c[2 + len(STAGES) : -1], c[-1][:100], style=style.get(r["status"]))
+        marks = "".join(STAGE_MARK.get(r["stages"].get(s, "not run"), "?") for s in stage_names())
+        table.add_row(c[0], c[1], marks, *c[2 + len(stage_names()) : -1], c[-1][:100], style=style.get(r["status"]))
     out_console.print(table)

@@ -69,6 +69,12 @@ def refuse(*op_types: str, reason: str) -> None:
         REFUSED[op] = reason
 
 
+def batchnorm_in_training(node: Node) -> bool:
+    """A BatchNormalization that computes batch statistics (training_mode=1, or the running-stat
+    outputs of opsets before 14) rather than the inference form torch2ms converts."""
+    return bool(node.attrs.get("training_mode", 0)) or len([o for o in node.outputs if o]) > 1
+
+
 # numpy dtype name -> MindSpore dtype in generated code
 MS_DTYPES = {
     "float32": "ms.float32",

@@ -7,7 +7,7 @@ is converted.
 
 from __future__ import annotations
 
-from torch2ms.converters.api import Unsupported, converter
+from torch2ms.converters.api import Unsupported, batchnorm_in_training, converter
 
 
 @converter("BatchNormalization", since=1)
@@ -15,7 +15,7 @@ def batch_normalization(
     em, *, epsilon=1e-5, momentum=0.9, training_mode=0, spatial=1, consumed_inputs=None, is_test=None
 ):
     """BatchNormalization(X, scale, B, input_mean, input_var) -> Y   attrs: epsilon, momentum, training_mode"""
-    if training_mode or len([o for o in em.node.outputs if o]) > 1:
+    if batchnorm_in_training(em.node):
         raise Unsupported("training_mode=1 (batch statistics) not supported; export the model in eval mode")
     if not spatial:
         raise Unsupported("spatial=0 not supported")

@@ -20,10 +20,10 @@ from string import Template
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import compat, targets
-from torch2ms.pipeline.context import split_reference
 from torch2ms.pipeline.runner import RunResult
-from torch2ms.pipeline.workspace import load_npz, sha256_file
+from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
+from torch2ms.stages import writer_of
 
 FORMAT = "torch2ms-bundle/1"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -51,7 +51,8 @@ def image_geometry(recipe: Recipe) -> tuple[bool, tuple[int, int] | None]:
     resize = recipe.preprocess.resize
     if resize is not None and is_image and tuple(resize) != size:
         raise RecipeError(
-            f"preprocess.resize is {list(resize)} but input {recipe.inputs[0].name!r} is {list(shape)}: the model has fixed shapes",
+            f"preprocess.resize is {list(resize)} but input {recipe.inputs[0].name!r} is {list(shape)}: the model has "
+            "fixed shapes",
             hint=f"set preprocess.resize to [{size[0]}, {size[1]}] (height, width) or remove it",
         )
     return is_image, size
@@ -103,9 +104,11 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
     pre = manifest["preprocess"]
     if is_image:
         pre_text = (
-            f"Input `{recipe.inputs[0].name}`: one RGB image -> Pillow `resize(({size[1]}, {size[0]}), BILINEAR)` -> float32"
+            f"Input `{recipe.inputs[0].name}`: one RGB image -> Pillow `resize(({size[1]}, {size[0]}), BILINEAR)` -> "
+            "float32"
             + (" -> channels reversed to BGR" if pre["color"] == "bgr" else "")
-            + f" -> `(pixel * {pre['scale']:.6g} - mean) / std` with mean {pre['mean']}, std {pre['std']} -> NCHW, batch 1."
+            + f" -> `(pixel * {pre['scale']:.6g} - mean) / std` with mean {pre['mean']}, std {pre['std']} -> NCHW, "
+            "batch 1."
         )
         aipp_note = ", AIPP does the normalisation"
         aipp_howto = (
@@ -113,7 +116,10 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
             "(or with DVPP) and skip the normalisation, AIPP does it on the NPU."
         )
     else:
-        pre_text = "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with infer.py)."
+        pre_text = (
+            "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with "
+            "infer.py)."
+        )
         aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed float32 NCHW tensors."
     post = manifest["postprocess"]
     if post["kind"] == "detection":
@@ -122,8 +128,14 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         pre_text, post_text = detection.readme_texts(manifest)
     else:
         post_text = {
-            "classification": f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the top-{post.get('top_k')} classes after softmax (.json).",
-            "segmentation": f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index PNG mask (argmax over classes) and the classes present (.json).",
+            "classification": (
+                f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the "
+                f"top-{post.get('top_k')} classes after softmax (.json)."
+            ),
+            "segmentation": (
+                f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
+                "PNG mask (argmax over classes) and the classes present (.json)."
+            ),
             "none": f"Output `{post['output']}`: written as .npy by infer.py.",
         }[post["kind"]]
     shape = recipe.inputs[0].shape
@@ -141,7 +153,10 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         aipp_note=aipp_note,
         aipp_howto=aipp_howto,
         precision=precision,
-        precision_modes=f"converter_lite precision_mode={targets.PRECISION[precision][0]}, atc --precision_mode={targets.PRECISION[precision][1]}",
+        precision_modes=(
+            f"converter_lite precision_mode={targets.PRECISION[precision][0]}, atc "
+            f"--precision_mode={targets.PRECISION[precision][1]}"
+        ),
         pre_text=pre_text,
         post_text=post_text,
     )
@@ -185,9 +200,9 @@ def build_bundle(
             )
         records[s.stage] = s.record
 
-    mindir = run_root / "mindir" / "network.mindir"
-    onnx_path = run_root / "export" / "model.onnx"
-    ref_path = run_root / "export" / "reference.npz"
+    mindir, onnx_path, ref_path = (
+        run_root / writer_of(name, recipe) / name for name in ("network.mindir", "model.onnx", "reference.npz")
+    )
     for p in (mindir, onnx_path, ref_path):
         if not p.is_file():
             raise CheckFailed(f"{p} is missing", hint="run `torch2ms convert` for this recipe first")
@@ -207,14 +222,20 @@ def build_bundle(
     preprocess = {
         "image_input": is_image,
         "size_hw": list(size) if size else None,
-        "resize": "Pillow Image.resize((W, H), Image.BILINEAR) after convert('RGB'); skipped when the image already has that size"
+        "resize": (
+            "Pillow Image.resize((W, H), Image.BILINEAR) after convert('RGB'); skipped when the image already has "
+            "that size"
+        )
         if is_image
         else None,
         "color": pre.color,
         "scale": pre.scale,
         "mean": list(pre.mean),
         "std": list(pre.std),
-        "formula": "x = (pixel * scale - mean) / std per channel, channels in the model's order (reversed from RGB for 'bgr'), HWC -> NCHW",
+        "formula": (
+            "x = (pixel * scale - mean) / std per channel, channels in the model's order (reversed from RGB for "
+            "'bgr'), HWC -> NCHW"
+        ),
     }
     detecting = recipe.task == "detection"
     if detecting:
@@ -243,7 +264,7 @@ def build_bundle(
     }
     if is_image:
         files[f"{tdir}/aipp.cfg"] = targets.aipp_cfg(preprocess, *size).encode()
-    mindir_versions = records["mindir"].get("fingerprint_of", {}).get("versions", {})
+    mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
     manifest = {
         "format": FORMAT,
         "model": {"name": recipe.name, "version": version, "task": recipe.task},

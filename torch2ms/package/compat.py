@@ -194,13 +194,15 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
         warnings.append(f"[error] dynamic shape on {d}: fix it at export time")
     if mindir_scan["fused_kernels"]:
         warnings.append(
-            f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export without graph-kernel fusion"
+            f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export "
+            "without graph-kernel fusion"
         )
     worst = max((v["rel_error"] for v in fp16.values() if isinstance(v["rel_error"], float)), default=0.0)
     if worst > tolerance["rel_error"]:
         warnings.append(
             f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g} "
-            f"(recipe tolerance {tolerance['rel_error']:g}): compare on the board with `infer.py --self-check --rtol {max(worst * 3, tolerance['rel_error']):.2g}`"
+            f"(recipe tolerance {tolerance['rel_error']:g}): compare on the board with `infer.py --self-check --rtol "
+            f"{max(worst * 3, tolerance['rel_error']):.2g}`"
         )
     return {
         "precision": precision,
@@ -234,7 +236,8 @@ def report_markdown(rep: dict, target, model: str) -> str:
     ]
     for name, m in rep["fp16_emulation"]["metrics"].items():
         lines.append(
-            f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | {m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
+            f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | "
+            f"{m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
         )
     lines += [
         "",
@@ -246,7 +249,10 @@ def report_markdown(rep: dict, target, model: str) -> str:
         + ", ".join(f"{k} x{v}" for k, v in rep["onnx"]["ops"].items()),
         "- MindIR operators: " + ", ".join(f"{k} x{v}" for k, v in rep["mindir"]["ops"].items()),
         "",
-        "The operator table is a heuristic (CANN operator lists, ATC restrictions); the ATC / converter_lite log on the board is authoritative.",
+        (
+            "The operator table is a heuristic (CANN operator lists, ATC restrictions); the ATC / converter_lite "
+            "log on the board is authoritative."
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -44,7 +44,8 @@ def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
             problems.append(f"{name}: missing (listed in manifest.json)")
         elif hashes[name] != listed[name]:
             problems.append(
-                f"{name}: sha256 {hashes[name][:16]}... differs from the manifest's {listed[name][:16]}... (file changed)"
+                f"{name}: sha256 {hashes[name][:16]}... differs from the manifest's {listed[name][:16]}... (file "
+                "changed)"
             )
     for name in sorted(set(hashes) - set(listed) - {"manifest.json"}):
         problems.append(f"{name}: extra file, not listed in manifest.json")
@@ -70,8 +71,8 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
         problems = check_files(hashes, manifest)
         if problems:
             raise BundleTampered(
-                f"{archive}: {len(problems)} entr{'y does' if len(problems) == 1 else 'ies do'} not match manifest.json:\n  "
-                + "\n  ".join(problems),
+                f"{archive}: {len(problems)} entr{'y does' if len(problems) == 1 else 'ies do'} not match "
+                "manifest.json:\n  " + "\n  ".join(problems),
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
@@ -99,8 +100,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
 
 def _run_mindir(root: Path, manifest: dict):
     from torch2ms import msutil
-    from torch2ms.pipeline.context import split_reference
-    from torch2ms.pipeline.workspace import load_npz
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.base import Pass
 from torch2ms.passes.fuse_conv_bn_act import _single_consumer
@@ -50,7 +51,7 @@ class FoldBatchNorm(Pass):
         names += conv.inputs[3:7] if bn is None else bn.inputs[1:5]
         if any(graph.const(n) is None for n in names):
             return "weights or statistics are not constant"
-        if bn is not None and (bn.attrs.get("training_mode", 0) or len([o for o in bn.outputs if o]) > 1):
+        if bn is not None and batchnorm_in_training(bn):
             return "BatchNormalization in training mode"
         return None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.base import Pass
 
@@ -61,7 +62,7 @@ class FuseConvBnAct(Pass):
             return "the conv output is used by more than the BatchNormalization"
         if len(graph.values[m.conv.inputs[0]].shape or ()) != 4:
             return "not a 2-D convolution"
-        if m.bn.attrs.get("training_mode", 0) or len([o for o in m.bn.outputs if o]) > 1:
+        if batchnorm_in_training(m.bn):
             return "BatchNormalization in training mode"
         if any(graph.const(i) is None for i in m.bn.inputs[1:5]) or graph.const(m.conv.inputs[1]) is None:
             return "weights or statistics are not constant"

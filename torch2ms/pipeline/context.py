@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from torch2ms.pipeline.workspace import RunDir, load_npz
+from torch2ms.pipeline.stage import writer_of
+from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
 from torch2ms.recipe import Recipe
 
 
@@ -22,15 +23,32 @@ class RunContext:
     run: RunDir
     log: Callable[[str], None] = print
     cache: dict[str, Any] = field(default_factory=dict)
+    stages: list | None = None  # the pipeline's Stage objects (default: torch2ms.stages.PIPELINE)
 
     def stage_dir(self, stage: str) -> Path:
         return self.run.stage_dir(stage)
 
-    # --- reference data written by the export stage ---
+    def pipeline(self) -> list:
+        if self.stages is None:
+            from torch2ms.stages import PIPELINE
+
+            self.stages = [cls() for cls in PIPELINE]
+        return self.stages
+
+    def first_writer(self, name: str) -> str:
+        """The first stage that writes ``name`` (network.py: the plain rebuild, before any folding)."""
+        return next(st.name for st in self.pipeline() if name in st.writes and st.enabled(self.recipe))
+
+    def artifact(self, name: str) -> Path:
+        """Where the stage that writes ``name`` keeps it (model.onnx, reference.npz, network.py...):
+        the last enabled stage of the pipeline that declares it in ``writes``."""
+        return self.stage_dir(writer_of(name, self.pipeline(), self.recipe)) / name
+
+    # --- the reference data (sample inputs and PyTorch's outputs) ---
     def reference(self) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-        """(inputs, outputs) per sample, from export/reference.npz."""
+        """(inputs, outputs) per sample, from reference.npz."""
         if "reference" not in self.cache:
-            arrays = load_npz(self.stage_dir("export") / "reference.npz")
+            arrays = load_npz(self.artifact("reference.npz"))
             self.cache["reference"] = split_reference(arrays)
         return self.cache["reference"]
 
@@ -47,20 +65,3 @@ class RunContext:
             shapes = {i.name: tuple(i.shape) for i in self.recipe.inputs}
             self.cache[key] = load_onnx(path, shapes)
         return copy.deepcopy(self.cache[key])
-
-
-def split_reference(arrays: dict[str, np.ndarray]):
-    ins = {k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")}
-    outs = {k[len("output.") :]: v for k, v in arrays.items() if k.startswith("output.")}
-    order = arrays.get("meta.output_order")
-    if order is not None:
-        outs = {str(n): outs[str(n)] for n in order}
-    n = len(next(iter(ins.values())))
-    return [{k: v[s] for k, v in ins.items()} for s in range(n)], [{k: v[s] for k, v in outs.items()} for s in range(n)]
-
-
-def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    arrays = {f"input.{k}": np.stack([s[k] for s in inputs]) for k in inputs[0]}
-    arrays.update({f"output.{k}": np.stack([s[k] for s in outputs]) for k in outputs[0]})
-    arrays["meta.output_order"] = np.array(list(outputs[0]))
-    return arrays

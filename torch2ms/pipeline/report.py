@@ -19,23 +19,12 @@ def _fmt(v, spec: str) -> str:
     return format(v, spec) if math.isfinite(v) else str(v)
 
 
-def _notes(stage: str, rec: dict | None) -> str:
+def _notes(stage, rec: dict | None) -> str:
     if not rec:
         return ""
-    c, e = rec.get("counts", {}), rec.get("extra", {})
     if rec.get("status") == "failed":
         return "; ".join(rec.get("violations", []))[:120]
-    if stage == "export":
-        return f"{c.get('onnx_nodes')} ONNX nodes, {c.get('batchnorm_nodes')} BatchNorm"
-    if stage == "rebuild":
-        return f"{c.get('conv2d_bn_act')} Conv2dBnAct, {c.get('batchnorm_layers')} BatchNorm left"
-    if stage == "fold":
-        return f"{c.get('batchnorm_folded')} BatchNorm folded, {c.get('batchnorm_left')} left"
-    if stage == "compile":
-        return f"{e.get('chosen')}: {e.get('median_ms')} ms vs PyNative {e.get('pynative_median_ms')} ms ({e.get('speedup_vs_pynative')}x), compile {e.get('compile_s')} s"
-    if stage == "mindir":
-        return f"{c.get('mindir_bytes', 0) / 1e6:.1f} MB"
-    return ""
+    return stage.notes(rec) if stage is not None else ""
 
 
 def rows(result: RunResult) -> list[tuple[str, ...]]:
@@ -56,7 +45,7 @@ def rows(result: RunResult) -> list[tuple[str, ...]]:
                 _fmt(w.get("max_abs"), ".3g"),
                 _fmt(w.get("rel_error"), ".3g"),
                 _fmt(w.get("cosine"), ".7f"),
-                _notes(s.stage, rec),
+                _notes(s.declared, rec),
             )
         )
     return out

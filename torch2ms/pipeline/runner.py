@@ -24,11 +24,10 @@ from torch2ms.errors import CheckFailed, StageFailed, Torch2msError
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.stage import Stage
 from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
-from torch2ms.recipe import STAGES, Recipe
+from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
 
 FRAMEWORKS = ("torch", "onnx", "onnxruntime", "mindspore", "numpy")
-LOCALIZED_STAGES = ("rebuild", "fold")  # a failed check there runs torch2ms.divergence
 
 
 # Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
@@ -63,9 +62,9 @@ def framework_versions() -> dict[str, str]:
 
 
 def all_stages() -> list[Stage]:
-    from torch2ms.stages import STAGE_CLASSES
+    from torch2ms.stages import PIPELINE
 
-    return [cls() for cls in STAGE_CLASSES]
+    return [cls() for cls in PIPELINE]
 
 
 @dataclass
@@ -74,6 +73,7 @@ class StageResult:
     status: str  # passed | failed | skipped (up to date) | disabled | not run
     record: dict | None = None
     reason: str = ""
+    declared: Stage | None = field(default=None, repr=False)  # the stage object, for its notes
 
     @property
     def ok(self) -> bool:
@@ -107,18 +107,21 @@ class Runner:
         out_root: Path | None = None,
         log: Callable[[str], None] = print,
         on_stage: Callable[[str, str], None] | None = None,
+        stages: list[Stage] | None = None,
     ):
         self.recipe = recipe
         root = Path(out_root or recipe.output)
         self.run_dir = RunDir(root / recipe.name)
         self.ctx = RunContext(recipe, self.run_dir, log=log)
         self.on_stage = on_stage or (lambda stage, state: None)
-        self.stages = all_stages()
+        self.stages = stages if stages is not None else all_stages()
+        self.names = [st.name for st in self.stages]
+        self.ctx.stages = self.stages
         self.versions = framework_versions()
 
     def run(self, from_stage: str | None = None, force: bool = False, until: str | None = None) -> RunResult:
-        if from_stage is not None and from_stage not in STAGES:
-            raise Torch2msError(f"--from {from_stage!r} is not a stage; choose one of {', '.join(STAGES)}")
+        if from_stage is not None and from_stage not in self.names:
+            raise Torch2msError(f"--from {from_stage!r} is not a stage; choose one of {', '.join(self.names)}")
         t_start = time.perf_counter()
         result = RunResult(self.recipe, self.run_dir.root)
         took_over = self.run_dir.lock()
@@ -132,17 +135,16 @@ class Runner:
             done: list[str] = []
             stop = False
             for i, stage in enumerate(self.stages):
-                if stop or (until and STAGES.index(stage.name) > STAGES.index(until)):
-                    result.stages.append(StageResult(stage.name, "not run"))
+                if stop or (until and i > self.names.index(until)):
+                    result.stages.append(StageResult(stage.name, "not run", declared=stage))
                     continue
                 if not stage.enabled(self.recipe):
-                    result.stages.append(StageResult(stage.name, "disabled"))
+                    result.stages.append(StageResult(stage.name, "disabled", declared=stage))
                     continue
-                source = stage.source_stage(self.ctx)
                 inputs = {}
-                if source:
+                for source in self._sources(i, stage):
                     rec = self.run_dir.read_record(source) or {}
-                    inputs = {f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()}
+                    inputs.update({f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()})
                 fp_payload = {
                     "stage": stage.name,
                     "config": stage.config(self.recipe),
@@ -151,12 +153,12 @@ class Runner:
                     "versions": self.versions,
                 }
                 fp = _fingerprint(fp_payload)
-                forced = force or (from_stage is not None and i >= STAGES.index(from_stage))
+                forced = force or (from_stage is not None and i >= self.names.index(from_stage))
                 record = self.run_dir.read_record(stage.name)
                 if not forced and record and record.get("status") == "passed" and record.get("fingerprint") == fp:
                     changed = self.run_dir.changed_artifacts(stage.name, record)
                     if not changed:
-                        result.stages.append(StageResult(stage.name, "up to date", record))
+                        result.stages.append(StageResult(stage.name, "up to date", record, declared=stage))
                         self.on_stage(stage.name, "up to date")
                         prev_fp = fp
                         done.append(stage.name)
@@ -174,6 +176,18 @@ class Runner:
             self.run_dir.unlock()
             result.seconds = time.perf_counter() - t_start
         return result
+
+    def _sources(self, i: int, stage: Stage) -> list[str]:
+        """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
+        before it that writes that artifact."""
+        out = []
+        for name in stage.reads:
+            writers = [st.name for st in self.stages[:i] if name in st.writes and st.enabled(self.recipe)]
+            if not writers:
+                raise Torch2msError(f"stage {stage.name!r} reads {name!r}, which no enabled stage before it writes")
+            if writers[-1] not in out:
+                out.append(writers[-1])
+        return out
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:
         out = self.run_dir.fresh_partial(stage.name)
@@ -212,7 +226,7 @@ class Runner:
                 violations.append(task_violation)
         status = "failed" if violations else "passed"
         reason = "; ".join(violations)
-        diff = self._localize(stage.name, out) if violations and stage.name in LOCALIZED_STAGES else None
+        diff = self._localize(stage.name, out) if violations and stage.localize else None
         if diff is not None and diff.first is not None:
             reason += f"; {diff.summary()}"
         w = worst(metrics) if metrics else None
@@ -234,7 +248,7 @@ class Runner:
         }
         write_json(out / RECORD, record)
         self.run_dir.commit(stage.name, out)
-        return StageResult(stage.name, status, record, reason)
+        return StageResult(stage.name, status, record, reason, declared=stage)
 
     def _task_check(self, outputs, reference):
         """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if any."""
@@ -258,7 +272,7 @@ class Runner:
 
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
             report = localize(
-                self.ctx.stage_dir("export") / "model.onnx",
+                self.ctx.artifact("model.onnx"),
                 out,
                 self.ctx.reference_inputs(),
                 tol,
@@ -269,23 +283,28 @@ class Runner:
             return report
         except Exception as err:
             self.ctx.log(
-                f"{stage}: the divergence could not be localized ({type(err).__name__}: {err}); run `torch2ms diff` for details"
+                f"{stage}: the divergence could not be localized ({type(err).__name__}: {err});"
+                " run `torch2ms diff` for details"
             )
             return None
 
 
 def raise_for(result: RunResult) -> None:
+    from torch2ms.stages import localized_stages
+
     failed = result.failed_stage
     if failed is not None and "reference output has" in failed.reason:
         raise CheckFailed(
-            f"stage {failed.stage!r} failed: PyTorch's own output is not finite on the sample inputs ({failed.reason}); no conversion can be checked against it",
-            hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data) so that PyTorch gives finite outputs",
+            f"stage {failed.stage!r} failed: PyTorch's own output is not finite on the sample inputs"
+            f" ({failed.reason}); no conversion can be checked against it",
+            hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data)"
+            " so that PyTorch gives finite outputs",
         )
     if failed is not None:
         where = result.root / failed.stage
         hint = f"its artifacts and record stay in {where}"
         if (where / "diff.md").is_file():
             hint += f"; every tensor's error against onnxruntime is in {where / 'diff.md'}"
-        elif failed.stage in LOCALIZED_STAGES:
+        elif failed.stage in localized_stages():
             hint += f"; `torch2ms diff --stage {failed.stage}` localizes the first diverging node"
         raise CheckFailed(f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}", hint=hint)

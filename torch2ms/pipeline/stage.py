@@ -1,4 +1,15 @@
-"""What a stage is: a name, the config it depends on, the earlier stage it reads, and ``run``.
+"""What a stage is. A stage class declares everything about itself; the runner, the reports,
+the CLI help, ``diff`` and the zoo derive what they need from the classes in
+``torch2ms.stages.PIPELINE`` (the one list that orders them).
+
+A stage declares:
+- ``name``, and ``summary`` (one line, for ``--help``);
+- ``section``: the recipe section holding its options (its fingerprint input, with the checks);
+- ``reads``: the artifacts it takes from earlier stages, and ``writes``: the artifacts it leaves in
+  its folder. Which stage a read artifact comes from is derived: the last enabled earlier stage
+  that writes it (network.py comes from fold, or from rebuild when folding is off);
+- ``localize``: a failed check runs ``torch2ms.divergence`` on its ``network.py``;
+- ``notes(record)``: the report's notes column for a passed run.
 
 ``run(ctx, out)`` writes its artifacts into ``out`` and returns a ``StageOutput``: the stage's
 outputs on the reference inputs (the runner compares them with PyTorch's), counts, and extra
@@ -26,18 +37,42 @@ class StageOutput:
 
 class Stage:
     name: str = "stage"
-    #: the earlier stage whose artifacts this one reads (None for the first)
-    reads: str | None = None
+    summary: str = ""
+    #: the recipe section with this stage's options (None: it has none)
+    section: str | None = None
+    #: the artifacts this stage reads from earlier stages
+    reads: tuple[str, ...] = ()
+    #: the artifacts this stage writes into its folder
+    writes: tuple[str, ...] = ()
+    #: a failed check localizes the first diverging node of its network.py (torch2ms diff)
+    localize: bool = False
 
     def enabled(self, recipe: Recipe) -> bool:
         return True
 
-    def source_stage(self, ctx) -> str | None:
-        """The stage whose artifacts are this stage's input (may depend on the recipe)."""
-        return self.reads
-
     def config(self, recipe: Recipe) -> dict[str, Any]:
-        return recipe.stage_config(self.name)
+        """The part of the recipe this stage depends on: its fingerprint input."""
+        common = {
+            "check": recipe.check.model_dump(mode="json"),
+            "inputs": [i.model_dump(mode="json") for i in recipe.inputs],
+        }
+        if self.section:
+            common[self.section] = getattr(recipe, self.section).model_dump(mode="json")
+        if recipe.postprocess is not None:  # the task check (detection) of every stage depends on it
+            common["postprocess"] = recipe.postprocess.model_dump(mode="json")
+        return common
+
+    def notes(self, record: dict) -> str:
+        """The report's notes for a passed run of this stage, from its record."""
+        return ""
 
     def run(self, ctx, out: Path) -> StageOutput:
         raise NotImplementedError
+
+
+def writer_of(artifact: str, stages: list, recipe) -> str:
+    """The name of the last enabled stage in ``stages`` that writes ``artifact``."""
+    writers = [st.name for st in stages if artifact in st.writes and st.enabled(recipe)]
+    if not writers:
+        raise KeyError(f"no enabled stage writes {artifact!r}")
+    return writers[-1]

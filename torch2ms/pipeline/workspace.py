@@ -187,3 +187,20 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def split_reference(arrays: dict[str, np.ndarray]):
+    ins = {k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")}
+    outs = {k[len("output.") :]: v for k, v in arrays.items() if k.startswith("output.")}
+    order = arrays.get("meta.output_order")
+    if order is not None:
+        outs = {str(n): outs[str(n)] for n in order}
+    n = len(next(iter(ins.values())))
+    return [{k: v[s] for k, v in ins.items()} for s in range(n)], [{k: v[s] for k, v in outs.items()} for s in range(n)]
+
+
+def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    arrays = {f"input.{k}": np.stack([s[k] for s in inputs]) for k in inputs[0]}
+    arrays.update({f"output.{k}": np.stack([s[k] for s in outputs]) for k in outputs[0]})
+    arrays["meta.output_order"] = np.array(list(outputs[0]))
+    return arrays

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.errors import ModelError
-from torch2ms.pipeline.context import pack_reference
+from torch2ms.errors import ModelError, RecipeError
 from torch2ms.pipeline.stage import Stage, StageOutput
-from torch2ms.pipeline.workspace import save_npz
+from torch2ms.pipeline.workspace import pack_reference, save_npz, sha256_file
 
 
 def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
@@ -37,8 +36,6 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
 
 
 def _load_sample(recipe, entry: str, spec) -> np.ndarray:
-    from torch2ms.errors import RecipeError
-
     path = recipe.resolve_data(entry)
     if not entry.endswith(".npy"):
         from torch2ms.postprocess.image import image_sample
@@ -55,26 +52,45 @@ def _load_sample(recipe, entry: str, spec) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def flatten_outputs(out) -> dict:
-    """Name a model's outputs: a tensor -> 'output'; tuple -> output0..; dict -> its keys."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return {"output": out}
-    if isinstance(out, dict):
-        return {str(k): v for k, v in out.items() if isinstance(v, torch.Tensor)}
-    if isinstance(out, (tuple, list)):
-        return {f"output{i}": v for i, v in enumerate(out) if isinstance(v, torch.Tensor)}
-    raise ModelError(f"the model returned {type(out).__name__}; torch2ms needs tensors, a tuple or a dict of tensors")
-
-
 class ExportStage(Stage):
     name = "export"
+    summary = "PyTorch -> ONNX with BatchNorm kept, plus seeded sample inputs and PyTorch's outputs"
+    section = "export"
+    writes = ("model.onnx", "reference.npz")
+
+    def config(self, recipe) -> dict:
+        """The export section, the model spec, and the bytes behind it: the factory's source file,
+        the checkpoint and the sample data (new data in the same file is a new reference)."""
+        from torch2ms.model_loader import factory_source_sha256
+
+        model = recipe.model.model_dump(mode="json")
+        source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
+        if source:
+            model["factory_source_sha256"] = source
+        if recipe.model.checkpoint:
+            model["checkpoint_sha256"] = _existing_file_sha256(recipe, recipe.model.checkpoint, "model.checkpoint")
+        data = {}
+        for i in recipe.inputs:
+            hashes = [_existing_file_sha256(recipe, e, f"inputs.{i.name}.data") for e in i.data_sources()]
+            if hashes:
+                data[i.name] = hashes[0] if isinstance(i.data, str) else hashes
+        # photos become sample tensors through the preprocessing (and the letterbox of a yolo postprocess)
+        images = any(not e.endswith(".npy") for i in recipe.inputs for e in i.data_sources())
+        return {
+            **super().config(recipe),
+            "model": model,
+            **({"inputs_data_sha256": data} if data else {}),
+            **({"preprocess": recipe.preprocess.model_dump(mode="json")} if images else {}),
+        }
+
+    def notes(self, record: dict) -> str:
+        c = record.get("counts", {})
+        return f"{c.get('onnx_nodes')} ONNX nodes, {c.get('batchnorm_nodes')} BatchNorm"
 
     def run(self, ctx, out: Path) -> StageOutput:
         import torch
 
-        from torch2ms.model_loader import build_model
+        from torch2ms.model_loader import build_model, flatten_outputs
 
         recipe = ctx.recipe
         model = ctx.cache.get("torch_model")
@@ -87,8 +103,8 @@ class ExportStage(Stage):
         except Exception as err:
             shapes = ", ".join(f"{i.name} {list(i.shape)}" for i in recipe.inputs)
             raise ModelError(
-                f"{recipe.model.factory}: the model raised on the recipe's inputs ({shapes}): "
-                f"{type(err).__name__}: {err}",
+                f"{recipe.model.factory}: the model raised on the recipe's inputs ({shapes}): {type(err).__name__}: "
+                f"{err}",
                 hint="check inputs[].shape against what the model expects",
             ) from None
         torch_out = [flatten_outputs(o) for o in raw_out]
@@ -157,6 +173,16 @@ class ExportStage(Stage):
             "onnx_ops": dict(sorted(ops.items())),
         }
         return StageOutput(ort_out, counts=counts, extra={"tracer_warnings": tracer} if tracer else {})
+
+
+def _existing_file_sha256(recipe, path: str, field: str) -> str:
+    resolved = recipe.resolve_data(path)
+    if not resolved.is_file():
+        raise RecipeError(
+            f"{field}: {resolved}: file not found",
+            hint="check the path (a relative path starts at the recipe's folder)",
+        )
+    return sha256_file(resolved)
 
 
 def _strip_wrapper_names(path: Path) -> None:

@@ -1,6 +1,6 @@
 """Stage 3, fold: BatchNorm folded into the preceding convolution's weights and bias.
 
-Same generation as rebuild, plus the ``FoldBatchNorm`` pass (formula in
+The same generation as rebuild from ``export/model.onnx``, plus the ``FoldBatchNorm`` pass (formula in
 ``torch2ms.passes.fold_bn``): fused blocks become ``nn.Conv2dBnAct(has_bn=False,
 has_bias=True)``. Checked: the folded Cell in PyNative mode vs PyTorch. Reports how many
 BatchNorms were folded and how many are left (only those with no conv before them).
@@ -17,13 +17,22 @@ from torch2ms.pipeline.stage import Stage, StageOutput
 
 class FoldStage(Stage):
     name = "fold"
-    reads = "rebuild"
+    summary = "BatchNorm folded into the conv weights and bias"
+    section = "fold"
+    reads = ("model.onnx", "reference.npz")
+    writes = ("network.py", "network.ckpt", "tensor_map.json", "conversion.json")
+    localize = True
 
     def enabled(self, recipe) -> bool:
         return recipe.fold.enabled
 
     def config(self, recipe):
-        return {**recipe.stage_config("fold"), "rebuild": recipe.rebuild.model_dump(mode="json")}
+        # regenerated with the rebuild's passes too, so the rebuild options are an input
+        return {**super().config(recipe), "rebuild": recipe.rebuild.model_dump(mode="json")}
+
+    def notes(self, record: dict) -> str:
+        c = record.get("counts", {})
+        return f"{c.get('batchnorm_folded')} BatchNorm folded, {c.get('batchnorm_left')} left"
 
     def run(self, ctx, out: Path) -> StageOutput:
         result = generate_network(ctx, out, fold_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "fold")

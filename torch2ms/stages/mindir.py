@@ -11,24 +11,27 @@ from pathlib import Path
 
 from torch2ms import msutil
 from torch2ms.pipeline.stage import Stage, StageOutput
-from torch2ms.stages.compile import set_graph_mode, source_stage
 
 
 class MindirStage(Stage):
     name = "mindir"
+    summary = "network.mindir for the board, reloaded with mindspore.load and checked"
+    section = "mindir"
+    reads = ("network.py", "network.ckpt")
+    writes = ("network.mindir",)
 
     def enabled(self, recipe) -> bool:
         return recipe.mindir.enabled
 
-    def source_stage(self, ctx) -> str:
-        return source_stage(ctx.recipe)
+    def notes(self, record: dict) -> str:
+        return f"{record.get('counts', {}).get('mindir_bytes', 0) / 1e6:.1f} MB"
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
         inputs = ctx.reference_inputs()
         names = list(ctx.reference()[1][0])
-        set_graph_mode(ms, False, "", None)
-        cell = msutil.build_network(ctx.stage_dir(self.source_stage(ctx)), "mindir")
+        msutil.set_graph_mode(ms)
+        cell = msutil.build_network(ctx.artifact("network.py").parent, "mindir")
         example = [ms.Tensor(v) for v in inputs[0].values()]
         ms.export(cell, *example, file_name=str(out / "network"), file_format="MINDIR")
         graph = ms.load(str(out / "network.mindir"))

@@ -16,7 +16,15 @@ from torch2ms.pipeline.stage import Stage, StageOutput
 
 class RebuildStage(Stage):
     name = "rebuild"
-    reads = "export"
+    summary = "ONNX -> generated network.py + network.ckpt (nn.Conv2dBnAct blocks)"
+    section = "rebuild"
+    reads = ("model.onnx", "reference.npz")
+    writes = ("network.py", "network.ckpt", "tensor_map.json", "conversion.json")
+    localize = True
+
+    def notes(self, record: dict) -> str:
+        c = record.get("counts", {})
+        return f"{c.get('conv2d_bn_act')} Conv2dBnAct, {c.get('batchnorm_layers')} BatchNorm left"
 
     def run(self, ctx, out: Path) -> StageOutput:
         return generate_network(ctx, out, rebuild_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "rebuild")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from torch2ms.errors import Torch2msError
-from torch2ms.recipe import STAGES
+from torch2ms.stages import stage_names
 from torch2ms.zoo.launch import kill_all, run_one
 
 OnDone = Callable[[dict], None]
@@ -22,7 +22,7 @@ def failed_row(job: dict, reason: str) -> dict:
     return {
         "name": job["name"],
         "status": "crashed",
-        "stages": dict.fromkeys(STAGES, "not run"),
+        "stages": dict.fromkeys(stage_names(), "not run"),
         "reason": reason,
         "cached": False,
     }
@@ -72,7 +72,9 @@ def _check_reachable(address: str) -> None:
     except OSError as err:
         raise Torch2msError(
             f"--address {address}: nothing answers there ({err})",
-            hint="start the cluster with `ray start --head`, check host and port, or drop --address to start a local Ray",
+            hint=(
+                "start the cluster with `ray start --head`, check host and port, or drop --address to start a local Ray"
+            ),
         ) from None
 
 
@@ -96,7 +98,8 @@ def run_ray(
             raise
         except Exception as err:
             raise Torch2msError(
-                f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: {type(err).__name__}: {err}",
+                f"--executor ray: cannot start or reach Ray{f' at {address}' if address else ''}: "
+                f"{type(err).__name__}: {err}",
                 hint="check --address (e.g. ray://host:10001 or auto), or drop it to start a local Ray",
             ) from None
         started = True

@@ -2,7 +2,7 @@
 
 The worker runs in a session of its own, so a hang past the timeout is ended by killing its
 whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
-worker process while it runs and also reported by the worker itself (``ru_maxrss``); the larger is
+worker process while it runs and also reported by the worker itself (``VmHWM``, torch2ms.memory); the larger is
 kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
 
 * ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
@@ -27,8 +27,9 @@ import threading
 import time
 from pathlib import Path
 
+from torch2ms.memory import rss_mb
 from torch2ms.pipeline.workspace import write_json
-from torch2ms.recipe import STAGES
+from torch2ms.stages import stage_names
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
 
 POLL_S = 0.5
@@ -61,14 +62,10 @@ def _kill_group(p: subprocess.Popen, grace: float) -> None:
             continue
 
 
-def _rss_mb(pid: int) -> float:
-    """RSS of the worker process itself (its children, if any, are separate programs)."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except Exception:
-        return 0.0
+def _sampled_rss_mb(pid: int) -> float:
+    """RSS of the worker process itself (its children, if any, are separate programs); 0 once gone."""
+    mb = rss_mb(pid)
+    return 0.0 if mb != mb else mb
 
 
 def _last_line(path: Path, limit: int = 200) -> str:
@@ -129,7 +126,7 @@ def run_one(job: dict) -> dict:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                rss = _rss_mb(p.pid)
+                rss = _sampled_rss_mb(p.pid)
                 peak_sampled = max(peak_sampled, rss)
                 if limit and rss > limit:
                     over_memory = True
@@ -185,7 +182,7 @@ def build_row(
     peak_sampled: float,
     previous: dict | None,
 ) -> dict:
-    stages = dict.fromkeys(STAGES, "not run")
+    stages = dict.fromkeys(stage_names(), "not run")
     stages.update(status.get("stages") or {})
     current = status.get("stage")
     finished = status.get("state") == "finished"
@@ -199,17 +196,26 @@ def build_row(
         model_status = "timeout"
         if current and stages.get(current) == "running":
             stages[current] = "timeout"
-        reason = f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the model's `timeout:`)"
+        reason = (
+            f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the "
+            "model's `timeout:`)"
+        )
     elif over_memory:
         model_status = "oom"
         if current and stages.get(current) == "running":
             stages[current] = "oom"
-        reason = f"killed at {peak:.0f} MB RSS, over the limit of {job['max_memory_mb']:g} MB{where} (raise it with --max-memory or max_memory_mb)"
+        reason = (
+            f"killed at {peak:.0f} MB RSS, over the limit of {job['max_memory_mb']:g} MB{where} (raise it with "
+            "--max-memory or max_memory_mb)"
+        )
     elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
         model_status = "oom"
         if current and stages.get(current) == "running":
             stages[current] = "oom"
-        reason = f"killed by the kernel's out-of-memory killer at {peak:.0f} MB RSS{where} (kernel log); run fewer --jobs or set --max-memory"
+        reason = (
+            f"killed by the kernel's out-of-memory killer at {peak:.0f} MB RSS{where} (kernel log); run fewer "
+            "--jobs or set --max-memory"
+        )
     elif finished and returncode == 0:
         model_status = status.get("status") or "failed"
         reason = status.get("reason", "")
@@ -230,7 +236,11 @@ def build_row(
     worsts = [r["worst"] for r in records.values() if r.get("worst")]
     rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
     coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
-    get = lambda stage, part, key: (records.get(stage) or {}).get(part, {}).get(key)  # noqa: E731
+
+    def get(part: str, key: str):
+        """The first stage record that reports ``key`` under ``part`` (counts or extra)."""
+        return next((r[part][key] for r in records.values() if key in r.get(part, {})), None)
+
     cached = model_status == "passed" and all(s in ("up to date", "disabled") for s in stages.values())
     peak_rss = round(peak, 1) if peak else None
     if cached and previous and previous.get("peak_rss_mb") and previous.get("status") == "passed":
@@ -241,11 +251,11 @@ def build_row(
         "stages": stages,
         "worst_rel_error": max(rels) if rels else None,
         "min_cosine": min(coss) if coss else None,
-        "onnx_nodes": get("export", "counts", "onnx_nodes"),
-        "conv2d_bn_act": get("rebuild", "counts", "conv2d_bn_act"),
-        "batchnorm_folded": get("fold", "counts", "batchnorm_folded"),
+        "onnx_nodes": get("counts", "onnx_nodes"),
+        "conv2d_bn_act": get("counts", "conv2d_bn_act"),
+        "batchnorm_folded": get("counts", "batchnorm_folded"),
         "convert_s": round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
-        "latency_ms": get("compile", "extra", "median_ms"),
+        "latency_ms": get("extra", "median_ms"),
         "peak_rss_mb": peak_rss,
         "wall_s": round(wall, 2),
         "timeout_s": job["timeout"],

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from torch2ms.errors import RecipeError
-from torch2ms.recipe import Recipe, parse_recipe
+from torch2ms.recipe import Recipe, error_message, parse_recipe, read_yaml
 
 
 class ZooFile(BaseModel):
@@ -80,31 +79,18 @@ def _has_path(data: Any, loc: tuple) -> bool:
     return False
 
 
-def _message(e: dict) -> str:
-    if e["type"] == "extra_forbidden":
-        return "unknown key (check the spelling; see the recipe reference in the README)"
-    if e["type"] == "missing":
-        return "required field is missing"
-    return e["msg"]
-
-
 def load_zoo(path: str | Path) -> list[ZooModel]:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"{path}: zoo file not found", hint="pass a zoo YAML, e.g. recipes/zoo/torchvision.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return parse_zoo(raw, str(path), path.parent)
+    return parse_zoo(read_yaml(path), str(path), path.parent)
 
 
 def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
     if not isinstance(raw, dict):
         raise RecipeError(
-            f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`), got {type(raw).__name__}"
+            f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`),"
+            f" got {type(raw).__name__}"
         )
     try:
         zoo = ZooFile.model_validate(raw)
@@ -112,7 +98,7 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
         lines = [f"{source}: invalid zoo file:"]
         for e in err.errors():
             loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {_message(e)}")
+            lines.append(f"  {loc}: {error_message(e, ZooFile)}")
         raise RecipeError("\n".join(lines)) from None
 
     problems: list[str] = []
@@ -141,9 +127,9 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                 )
                 continue
             try:
-                file_data = yaml.safe_load(rpath.read_text()) or {}
-            except yaml.YAMLError as err:
-                problems.append(f"  {where}.recipe: {rpath}: not valid YAML: {getattr(err, 'problem', err)}")
+                file_data = read_yaml(rpath) or {}
+            except RecipeError as err:
+                problems.append(f"  {where}.recipe: {err.message}")
                 continue
             if not isinstance(file_data, dict):
                 problems.append(f"  {where}.recipe: {rpath}: a recipe must be a YAML mapping")
@@ -158,19 +144,20 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
                 loc = tuple(e["loc"])
                 dotted = ".".join(str(p) for p in loc) or "(top level)"
                 if _has_path(entry, loc):
-                    problems.append(f"  {label}.{dotted}: {_message(e)}")
+                    problems.append(f"  {label}.{dotted}: {error_message(e)}")
                 elif ref is not None and _has_path(file_data, loc):
-                    problems.append(f"  {label}: {ref}: {dotted}: {_message(e)}")
+                    problems.append(f"  {label}: {ref}: {dotted}: {error_message(e)}")
                 elif _has_path(defaults, loc):
-                    msg = f"  defaults.{dotted}: {_message(e)}"
+                    msg = f"  defaults.{dotted}: {error_message(e)}"
                     if msg not in problems:
                         problems.append(msg)
                 else:
-                    problems.append(f"  {label}.{dotted}: {_message(e)}")
+                    problems.append(f"  {label}.{dotted}: {error_message(e)}")
             continue
         if recipe.name in seen:
             problems.append(
-                f"  {where}.name: {recipe.name!r} is already used by models[{seen[recipe.name]}]; names must be unique (each is a run folder)"
+                f"  {where}.name: {recipe.name!r} is already used by models[{seen[recipe.name]}];"
+                " names must be unique (each is a run folder)"
             )
             continue
         seen[recipe.name] = i

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from torch2ms.pipeline.runner import framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
-from torch2ms.recipe import STAGES
+from torch2ms.stages import stage_names
 
 COLUMNS = (
     "model",
     "status",
-    *STAGES,
+    *stage_names(),
     "max rel err",
     "min cosine",
     "ONNX nodes",
@@ -79,7 +79,7 @@ def cells(row: dict) -> list[str]:
     return [
         row["name"],
         status,
-        *(row["stages"].get(s, "not run") for s in STAGES),
+        *(row["stages"].get(s, "not run") for s in stage_names()),
         _num(row.get("worst_rel_error"), ".2e"),
         _num(row.get("min_cosine"), ".7f"),
         _num(row.get("onnx_nodes"), "d"),
@@ -110,7 +110,8 @@ def _md(data: dict) -> str:
     lines = [
         f"# torch2ms zoo: {data['zoo']}",
         "",
-        f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, {_limits(data)}).",
+        f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, "
+        f"{_limits(data)}).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -139,10 +140,13 @@ def _html(data: dict) -> str:
     title = html.escape(f"torch2ms zoo: {data['zoo']}")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f6f8fa}}</style></head>
+<style>body{{font-family:sans-serif;margin:2em}}
+table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}}
+th{{background:#f6f8fa}}</style></head>
 <body><h1>{title}</h1>
-<p><b>{html.escape(data["headline"])}</b> in {data["seconds"]:.0f} s ({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))}).</p>
+<p><b>{html.escape(data["headline"])}</b> in {data["seconds"]:.0f} s
+({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))}).</p>
 <table>
 <thead><tr>{head}</tr></thead>
 <tbody>

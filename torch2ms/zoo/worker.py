@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import socket
 import sys
@@ -19,26 +18,22 @@ import time
 import traceback
 from pathlib import Path
 
+from torch2ms.memory import peak_rss_mb
+
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
+
 
 def _die_with_parent() -> None:
     """Linux: be killed if the launcher dies, so a killed batch leaves no orphan conversions."""
     try:
         import ctypes
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         return
     parent = os.environ.get("TORCH2MS_ZOO_PARENT")
     if parent and os.getppid() != int(parent):  # the launcher died before prctl took effect
         os._exit(1)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (and of any child it waited for), in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return round(max(own, kids) / 1024, 1)  # ru_maxrss is in KiB on Linux
 
 
 def main(job_path: str) -> int:
@@ -53,7 +48,8 @@ def main(job_path: str) -> int:
     from torch2ms.errors import Torch2msError
     from torch2ms.pipeline.report import write_reports
     from torch2ms.pipeline.runner import Runner
-    from torch2ms.recipe import STAGES, parse_recipe
+    from torch2ms.recipe import parse_recipe
+    from torch2ms.stages import stage_names
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
@@ -65,13 +61,13 @@ def main(job_path: str) -> int:
         "host": socket.gethostname(),
         "started": time.time(),
         "stage": None,
-        "stages": dict.fromkeys(STAGES, "not run"),
+        "stages": dict.fromkeys(stage_names(), "not run"),
         "status": None,
         "reason": "",
     }
 
     def update(**kw) -> None:
-        status.update(kw, updated=time.time(), peak_rss_mb=peak_rss_mb())
+        status.update(kw, updated=time.time(), peak_rss_mb=round(peak_rss_mb(), 1))
         write_status(run_dir, status)
 
     def on_stage(stage: str, state: str) -> None:

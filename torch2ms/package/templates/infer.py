@@ -137,7 +137,8 @@ def self_check(model: Model, manifest: dict, rtol: float | None) -> bool:
         ok &= good
         extra = f", argmax agreement {m['argmax_agreement']:.6f}" if "argmax_agreement" in m else ""
         print(
-            f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]"
+            f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), "
+            f"cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]"
         )
     if manifest["postprocess"]["kind"] == "detection":
         ok &= self_check_detections([dict(zip(outs, g)) for g in got], arrays, outs, manifest)
@@ -339,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         "--rtol",
         type=float,
         default=None,
-        help="relative error allowed by --self-check (default: the manifest's; fp16 boards need more, see compatibility.md)",
+        help=(
+            "relative error allowed by --self-check (default: the manifest's; fp16 boards need more, see "
+            "compatibility.md)"
+        ),
     )
     args = p.parse_args(argv)
     if not args.self_check and not args.input:
