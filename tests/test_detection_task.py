@@ -128,3 +128,11 @@ def test_image_sample_data(tmp_path):
         ExportStage().config(parse_recipe(dict(data, inputs=[{"shape": [1, 3, 8, 8], "data": "skimage:nosuch"}])))
     with pytest.raises(RecipeError, match="inputs.0.data"):
         parse_recipe(dict(data, inputs=[{"shape": [1, 3, 8, 8], "data": "a.txt"}]))
+
+
+def test_zoo_summary_shows_the_task_agreement():
+    from torch2ms.zoo.summary import COLUMNS, cells
+
+    row = {"name": "yolov8n", "status": "passed", "stages": {}, "task_agreement": 1.0}
+    assert cells(row)[COLUMNS.index("task agreement")] == "1.0000"  # as `verify` prints it
+    assert cells({**row, "task_agreement": None})[COLUMNS.index("task agreement")] == "-"

@@ -236,6 +236,7 @@ def build_row(
     worsts = [r["worst"] for r in records.values() if r.get("worst")]
     rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
     coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
+    tasks = [r["task"]["agreement"] for r in records.values() if r.get("task")]  # e.g. detection agreement
 
     def get(part: str, key: str):
         """The first stage record that reports ``key`` under ``part`` (counts or extra)."""
@@ -251,6 +252,7 @@ def build_row(
         "stages": stages,
         "worst_rel_error": max(rels) if rels else None,
         "min_cosine": min(coss) if coss else None,
+        "task_agreement": min(tasks) if tasks else None,
         "onnx_nodes": get("counts", "onnx_nodes"),
         "conv2d_bn_act": get("counts", "conv2d_bn_act"),
         "batchnorm_folded": get("counts", "batchnorm_folded"),

@@ -20,6 +20,7 @@ COLUMNS = (
     *stage_names(),
     "max rel err",
     "min cosine",
+    "task agreement",
     "ONNX nodes",
     "Conv2dBnAct",
     "BN folded",
@@ -82,6 +83,7 @@ def cells(row: dict) -> list[str]:
         *(row["stages"].get(s, "not run") for s in stage_names()),
         _num(row.get("worst_rel_error"), ".2e"),
         _num(row.get("min_cosine"), ".7f"),
+        _num(row.get("task_agreement"), ".4f"),  # the worst stage's, as `verify` prints it
         _num(row.get("onnx_nodes"), "d"),
         _num(row.get("conv2d_bn_act"), "d"),
         _num(row.get("batchnorm_folded"), "d"),
