@@ -8,16 +8,30 @@ from converters.helpers import check_op, check_unsupported, const, f32, rand, x
 
 from torch2ms.converters.activation import UNARY
 
-# Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal).
-_DOMAIN = {"Sqrt": (0.1, 4.0), "Log": (0.1, 4.0), "Reciprocal": (0.5, 3.0)}
+# Inputs inside each op's domain (positive for Sqrt/Log, away from 0 for Reciprocal, inside
+# (-1, 1) for the inverse sine/cosine/tanh, past 1 for Acosh, away from Tan's poles).
+_DOMAIN = {
+    "Sqrt": (0.1, 4.0),
+    "Log": (0.1, 4.0),
+    "Reciprocal": (0.5, 3.0),
+    "Asin": (-0.99, 0.99),
+    "Acos": (-0.99, 0.99),
+    "Atanh": (-0.99, 0.99),
+    "Acosh": (1.0, 4.0),
+    "Tan": (-1.4, 1.4),
+}
 # MindSpore's CPU tanh is a fast approximation: measured 1.4e-5 off onnxruntime's.
 _TOL = {"Tanh": 5e-5}
+INTEGER_ONLY = {"BitwiseNot"}  # tested in test_elementwise.py
+# Other float dtypes, where onnxruntime has the kernel (measured at opset 22).
+_TRIG = ["Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"]
+_FLOAT_DTYPES = [(op, "float16") for op in _TRIG + ["Round"]] + [(op, "float64") for op in ["Sin", "Cos", "Round"]]
 
 
-@pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.parametrize("op", sorted(set(UNARY) - INTEGER_ONLY))
 def test_unary(op, tmp_path):
     low, high = _DOMAIN.get(op, (-4.0, 4.0))
-    opset = 14 if op == "HardSwish" else 17
+    opset = {"HardSwish": 14, "IsNaN": 20, "Mish": 18}.get(op, 17)
     check_op(
         op,
         [x(2, 3, 4, 5, data=rand(2, 3, 4, 5, low=low, high=high))],
@@ -26,6 +40,20 @@ def test_unary(op, tmp_path):
         opset=opset,
         rel_tol=_TOL.get(op, 1e-5),
     )
+
+
+@pytest.mark.parametrize("op, dtype", _FLOAT_DTYPES)
+def test_unary_float_dtypes(op, dtype, tmp_path):
+    low, high = _DOMAIN.get(op, (-4.0, 4.0))
+    data = rand(3, 4, 5, low=low, high=high).astype(dtype)
+    check_op(op, [x(data=data)], {}, tmp_path, opset=22, rel_tol=2e-3 if dtype == "float16" else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_round_half_to_even(dtype, tmp_path):
+    """ONNX rounds halves to the even neighbour (2.5 -> 2, -1.5 -> -2), not away from zero."""
+    halves = np.array([[0.5, 1.5, 2.5, 3.5, -0.5, -1.5, -2.5, 0.49, -0.51, 1e3 + 0.5, 7.0, -0.0]], dtype)
+    check_op("Round", [x(data=halves)], {}, tmp_path, opset=11)
 
 
 @pytest.mark.parametrize(
@@ -118,3 +146,137 @@ def test_dropout_in_training_refused():
     check_unsupported(
         "Dropout", [x(2, 3, 4), const(np.float32(0.3)), const(np.bool_(True))], {"seed": 0}, "training_mode"
     )
+
+
+# --- the softmax family before opset 13, Hardmax ---
+
+
+@pytest.mark.parametrize(
+    "shape, axis",
+    [((2, 3, 4, 5), None), ((2, 3, 4, 5), -1), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 0), ((2, 3, 4, 5), -3), ((4, 10), 1)],
+)
+@pytest.mark.parametrize("opset", [11, 13])
+def test_log_softmax(shape, axis, opset, tmp_path):
+    """Opset 13: one axis; before: all axes from ``axis`` on (default 1), flattened."""
+    check_op("LogSoftmax", [x(*shape)], {} if axis is None else {"axis": axis}, tmp_path, opset=opset)
+
+
+def _ties(*shape):
+    """Small integers as floats: many equal maxima along every axis."""
+    return np.random.default_rng(3).integers(0, 3, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("axis", [None, -1, 0, 1, 2])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_hardmax(axis, opset, tmp_path):
+    """1 at the first maximum (ties are everywhere in the data); before 13 over the flattened tail."""
+    check_op("Hardmax", [x(data=_ties(2, 3, 4))], {} if axis is None else {"axis": axis}, tmp_path, opset=opset)
+
+
+@pytest.mark.parametrize("op, dtype", [("Hardmax", "float16"), ("LogSoftmax", "float16"), ("LogSoftmax", "float64")])
+def test_float_dtypes_of_the_softmax_family(op, dtype, tmp_path):
+    """At opset 22, where onnxruntime has these kernels (no float64 Hardmax)."""
+    data = _ties(2, 3, 4).astype(dtype)
+    check_op(op, [x(data=data)], {"axis": 1}, tmp_path, opset=22, rel_tol=2e-3 if dtype == "float16" else 1e-5)
+
+
+# --- PRelu ---
+
+
+@pytest.mark.parametrize(
+    "x_shape, slope_shape, layer",
+    [
+        ((2, 3, 4, 5), (3, 1, 1), True),
+        ((2, 3, 4, 5), (1,), True),
+        ((2, 3, 4, 5), (), True),
+        ((2, 3), (3,), True),
+        ((2, 3, 4), (3, 1), True),
+        ((2, 3, 4, 5), (5,), False),
+        ((2, 3, 4, 5), (4, 5), False),
+        ((2, 3, 4, 5), (1, 3, 4, 5), False),
+    ],
+    ids=["per_channel", "one", "scalar", "2d", "3d_per_channel", "last_axis", "trailing", "full"],
+)
+@pytest.mark.parametrize("opset", [11, 16])
+def test_prelu(x_shape, slope_shape, layer, opset, tmp_path):
+    """One slope per channel (axis 1), or one in all, is nn.PReLU; other broadcasts the formula."""
+    slope = rand(*slope_shape, seed=2, low=0.05, high=0.5)
+    source = check_op("PRelu", [x(*x_shape), const(slope)], {}, tmp_path, opset=opset)
+    assert ("nn.PReLU" in source) == layer
+
+
+def test_prelu_slope_as_input(tmp_path):
+    check_op("PRelu", [x(2, 3, 4), x(3, 1, data=rand(3, 1, low=0.05, high=0.5))], {}, tmp_path, opset=16)
+
+
+def test_prelu_float16(tmp_path):
+    data = rand(2, 3, 4, 5).astype(np.float16)
+    check_op(
+        "PRelu",
+        [x(data=data), const(rand(3, 1, 1, low=0.1, high=0.3).astype(np.float16))],
+        {},
+        tmp_path,
+        opset=16,
+        rel_tol=2e-3,
+    )
+
+
+# --- Elu, Selu, Celu, ThresholdedRelu, Shrink, Swish, Softsign, Mish ---
+
+
+@pytest.mark.parametrize("alpha", [None, 1.0, 0.5, 2.0])
+def test_elu(alpha, tmp_path):
+    check_op("Elu", [x(2, 3, 4, 5)], {} if alpha is None else {"alpha": alpha}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{}, {"alpha": 2.0}, {"gamma": 3.0}, {"alpha": 1.5, "gamma": 0.5}],
+    ids=["default", "alpha", "gamma", "both"],
+)
+def test_selu(attrs, tmp_path):
+    check_op("Selu", [x(2, 3, 4, 5)], attrs, tmp_path)
+
+
+@pytest.mark.parametrize("alpha", [None, 1.0, 0.5, 2.0])
+@pytest.mark.parametrize("opset", [12, 22])
+def test_celu(alpha, opset, tmp_path):
+    check_op("Celu", [x(2, 3, 4, 5)], {} if alpha is None else {"alpha": alpha}, tmp_path, opset=opset)
+
+
+@pytest.mark.parametrize("alpha", [None, 0.0, 0.5, -1.0])
+def test_thresholded_relu(alpha, tmp_path):
+    check_op("ThresholdedRelu", [x(2, 3, 4, 5)], {} if alpha is None else {"alpha": alpha}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{}, {"lambd": 1.0}, {"bias": 0.7, "lambd": 0.7}, {"bias": 1.5, "lambd": 1.0}, {"bias": -0.5}],
+    ids=["default", "hard", "soft", "other", "negative_bias"],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_shrink(attrs, dtype, tmp_path):
+    data = rand(2, 3, 4, 5, low=-3, high=3).astype(dtype)
+    check_op("Shrink", [x(data=data)], attrs, tmp_path, rel_tol=2e-3 if dtype == "float16" else 1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
+def test_shrink_integers(dtype, tmp_path):
+    """Integer Shrink: computed in float64, truncated toward zero (onnxruntime's result)."""
+    data = np.array([[-5, -1, 0, 1, 2, 5, 100, -100]]).astype(dtype)
+    check_op("Shrink", [x(data=data)], {"bias": 1.5, "lambd": 1.0}, tmp_path)
+
+
+@pytest.mark.parametrize("alpha", [None, 1.0, 0.5, 2.0])
+def test_swish(alpha, tmp_path):
+    check_op("Swish", [x(2, 3, 4, 5)], {} if alpha is None else {"alpha": alpha}, tmp_path, opset=24)
+
+
+# float16 where onnxruntime has the kernel (opset 22)
+_F16_ACTIVATIONS = ["Elu", "Selu", "ThresholdedRelu", "Softsign", "Mish"]
+
+
+@pytest.mark.parametrize("op", _F16_ACTIVATIONS)
+def test_activation_float16(op, tmp_path):
+    data = rand(2, 3, 4, 5, low=-3, high=3).astype(np.float16)
+    check_op(op, [x(data=data)], {}, tmp_path, opset=22, rel_tol=3e-3)

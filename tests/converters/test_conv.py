@@ -72,17 +72,59 @@ def test_conv_opset11(tmp_path):
     )
 
 
-@pytest.mark.parametrize(
-    "inputs, attrs, match",
-    [
-        ([x(1, 3, 8), const(rand(4, 3, 3))], {}, "rank"),  # 1-D convolution
-        ([x(1, 3, 4, 4, 4), const(rand(2, 3, 1, 1, 1))], {}, "rank"),  # 3-D convolution
-        ([x(1, 3, 8, 8), x(4, 3, 3, 3)], {}, "weight"),  # weight computed at run time
-    ],
-    ids=["conv1d", "conv3d", "dynamic_weight"],
-)
-def test_conv_refuses(inputs, attrs, match):
-    check_unsupported("Conv", inputs, attrs, match)
+@pytest.mark.parametrize("shape", [(1, 3, 8), (1, 3, 4, 4, 4)], ids=["1d", "3d"])
+def test_conv_dynamic_weight_refused(shape):
+    """A weight computed at run time (any rank)."""
+    check_unsupported("Conv", [x(*shape), x(4, 3, *[3] * (len(shape) - 2))], {}, "weight")
+
+
+# (input shape, out channels, kernel, attrs) for nn.Conv1d: odd lengths, asymmetric pads as ops.pad
+CONV1D_CASES = {
+    "k3": ((2, 3, 9), 4, 3, {}),
+    "k3_pad1": ((1, 3, 8), 5, 3, {"pads": [1, 1]}),
+    "k5_s2_pad2": ((1, 4, 11), 4, 5, {"pads": [2, 2], "strides": [2]}),
+    "asym_pads": ((1, 3, 7), 4, 3, {"pads": [0, 2]}),
+    "asym_pads_s3": ((1, 3, 10), 4, 4, {"pads": [2, 1], "strides": [3]}),
+    "dil2": ((1, 3, 12), 4, 3, {"pads": [2, 2], "dilations": [2]}),
+    "group2": ((1, 4, 9), 6, 3, {"pads": [1, 1], "group": 2}),
+    "depthwise_s2": ((1, 4, 9), 4, 3, {"pads": [1, 1], "group": 4, "strides": [2]}),
+    "same_upper_s2": ((1, 3, 8), 4, 4, {"auto_pad": "SAME_UPPER", "strides": [2]}),
+    "same_lower": ((1, 3, 7), 4, 4, {"auto_pad": "SAME_LOWER"}),
+    "valid": ((1, 3, 9), 4, 3, {"auto_pad": "VALID", "strides": [2]}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("name", list(CONV1D_CASES))
+def test_conv1d(name, bias, tmp_path):
+    shape, out_ch, k, attrs = CONV1D_CASES[name]
+    w = rand(out_ch, shape[1] // attrs.get("group", 1), k, seed=1, low=-0.5, high=0.5)
+    inputs = [x(*shape), const(w)] + ([const(rand(out_ch, seed=2))] if bias else [])
+    check_op("Conv", inputs, attrs, tmp_path)
+
+
+# (input shape, out channels, kernel, attrs) for nn.Conv3d
+CONV3D_CASES = {
+    "k3": ((1, 3, 5, 6, 7), 4, (3, 3, 3), {}),
+    "k3_pad1": ((2, 2, 5, 5, 5), 3, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),
+    "k1x3x3_s2": ((1, 3, 4, 7, 9), 4, (1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1], "strides": [1, 2, 2]}),
+    "asym_pads": ((1, 3, 5, 6, 5), 2, (3, 2, 3), {"pads": [0, 1, 2, 1, 0, 1]}),
+    "dil2": ((1, 2, 7, 7, 6), 3, (3, 3, 3), {"pads": [2, 2, 2, 2, 2, 2], "dilations": [2, 2, 2]}),
+    "dil_mixed": ((1, 2, 7, 7, 6), 3, (3, 3, 3), {"dilations": [1, 2, 1]}),
+    "group2": ((1, 4, 5, 5, 5), 6, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1], "group": 2}),
+    "same_upper_s2": ((1, 2, 5, 6, 7), 3, (2, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
+    "same_lower": ((1, 2, 5, 6, 7), 3, (2, 2, 2), {"auto_pad": "SAME_LOWER"}),
+    "valid_s_mixed": ((1, 2, 6, 7, 8), 3, (3, 3, 3), {"auto_pad": "VALID", "strides": [1, 2, 3]}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("name", list(CONV3D_CASES))
+def test_conv3d(name, bias, tmp_path):
+    shape, out_ch, k, attrs = CONV3D_CASES[name]
+    w = rand(out_ch, shape[1] // attrs.get("group", 1), *k, seed=1, low=-0.5, high=0.5)
+    inputs = [x(*shape), const(w)] + ([const(rand(out_ch, seed=2))] if bias else [])
+    check_op("Conv", inputs, attrs, tmp_path)
 
 
 # --- the fused ConvBnAct (made by FuseConvBnAct from Conv -> BatchNormalization -> activation) ---
@@ -164,3 +206,81 @@ def test_conv_bn_folded_without_fusion(bias, tmp_path):
     source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5, expect_nodes=["Conv"])
     assert fired == {"fold_batchnorm": 1}
     assert "nn.Conv2d(" in source and "BatchNorm" not in source.split('"""', 2)[2]
+
+
+# --- ConvInteger (float32, exact within the checked bound) ---
+
+
+def _int_data(shape, dtype, seed):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+CONV_INTEGER_CASES = {
+    "2d": ((1, 3, 7, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "2d_s2_asym": ((1, 2, 9, 8), (3, 2, 3, 2), {"pads": [0, 1, 1, 0], "strides": [2, 2]}),
+    "2d_group": ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2}),
+    "1d": ((2, 3, 11), (4, 3, 3), {"pads": [2, 0]}),
+    "3d": ((1, 2, 4, 5, 5), (3, 2, 2, 3, 3), {"dilations": [1, 2, 1]}),
+}
+
+
+@pytest.mark.parametrize("zero_points", ["none", "x", "x_w"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8], ids=["uint8", "int8"])
+@pytest.mark.parametrize("name", list(CONV_INTEGER_CASES))
+def test_conv_integer(name, dtype, zero_points, tmp_path):
+    x_shape, w_shape, attrs = CONV_INTEGER_CASES[name]
+    inputs = [x(data=_int_data(x_shape, dtype, 1)), const(_int_data(w_shape, dtype, 2))]
+    if zero_points != "none":
+        inputs.append(const(np.array(37, dtype)))
+    if zero_points == "x_w":
+        inputs.append(const(np.array(200 if dtype == np.uint8 else -57, dtype)))
+    check_op("ConvInteger", inputs, attrs, tmp_path, opset=10)
+
+
+def test_conv_integer_inexact_refused():
+    """1024 input channels of 255 * 255: partial sums past 2^24 would round in float32."""
+    inputs = [x(data=_int_data((1, 1024, 3, 3), np.uint8, 1)), const(np.full((1, 1024, 1, 1), 255, np.uint8))]
+    check_unsupported("ConvInteger", inputs, {}, "2^24", opset=10)
+
+
+# --- DeformConv (ops.deformable_conv2d) ---
+
+DEFORM_CASES = {
+    "k3_pad1": ((1, 4, 6, 7), (3, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "k3x2_offset_group2": ((1, 4, 6, 7), (3, 4, 3, 2), {"pads": [1, 1, 1, 1], "offset_group": 2}),
+    "s2_asym_pads": ((2, 3, 7, 8), (2, 3, 3, 3), {"pads": [0, 1, 2, 1], "strides": [2, 2]}),
+    "dil2_group2": ((1, 4, 8, 8), (4, 2, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 2}),
+}
+
+
+@pytest.mark.parametrize("extras", ["none", "bias", "mask", "bias_mask"])
+@pytest.mark.parametrize("name", list(DEFORM_CASES))
+def test_deform_conv(name, extras, tmp_path):
+    x_shape, w_shape, attrs = DEFORM_CASES[name]
+    model_out = _deform_out(x_shape, w_shape, attrs)
+    taps = attrs.get("offset_group", 1) * w_shape[2] * w_shape[3]
+    offset = rand(x_shape[0], 2 * taps, *model_out, seed=3, low=-1.5, high=1.5)
+    inputs = [x(*x_shape), const(rand(*w_shape, seed=1, low=-0.5, high=0.5)), x(data=offset)]
+    inputs.append(const(rand(w_shape[0], seed=2)) if "bias" in extras else None)
+    if "mask" in extras:
+        inputs.append(x(data=rand(x_shape[0], taps, *model_out, seed=4, low=0.0, high=1.0)))
+    check_op("DeformConv", inputs, attrs, tmp_path, opset=19)
+
+
+def _deform_out(x_shape, w_shape, attrs):
+    pads, strides = attrs.get("pads", [0] * 4), attrs.get("strides", [1, 1])
+    dilations = attrs.get("dilations", [1, 1])
+    return tuple(
+        (x_shape[2 + a] + pads[a] + pads[a + 2] - (w_shape[2 + a] - 1) * dilations[a] - 1) // strides[a] + 1
+        for a in range(2)
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 9), (1, 3, 7, 8), (1, 3, 4, 5, 6)], ids=["1d", "2d", "3d"])
+def test_conv_float16(shape, tmp_path):
+    """float16 runs as float32 between casts (onnxruntime has no float64 Conv)."""
+    w = rand(4, 3, *[3] * (len(shape) - 2), seed=1, low=-0.5, high=0.5, dtype=np.float16)
+    pads = [1] * (2 * (len(shape) - 2))
+    inputs = [x(data=rand(*shape, dtype=np.float16)), const(w), const(rand(4, seed=2, dtype=np.float16))]
+    check_op("Conv", inputs, {"pads": pads}, tmp_path, rel_tol=2e-3)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from converters.helpers import check_op, const, rand, x
+from converters.helpers import check_op, check_unsupported, const, convert_and_run, load, make_model, rand, run_ort, x
 
 from torch2ms.converters.elementwise import FUNCTIONS, OPERATORS, VARIADIC
+from torch2ms.converters.registry import analyse
 
 # (A, B) shape pairs: same shape, trailing-axis, per-channel, both sides broadcasting, rank 0
 BROADCASTS = {
@@ -66,19 +67,89 @@ def test_mod(dtype, fmod, tmp_path):
     check_op("Mod", [x(data=a.astype(dtype)), const(dtype(3))], {"fmod": fmod}, tmp_path / "const")
 
 
+def check_nonfinite(op, inputs, attrs, tmp_path, *, opset):
+    """check_op for outputs with infinities and NaNs, which must sit where onnxruntime has them."""
+    model, feeds = make_model(op, inputs, attrs, opset=opset)
+    expected = run_ort(model, feeds)
+    graph, _ = load(model, feeds)
+    assert [n.op_type for n in graph.nodes] == [op]
+    results, _ = convert_and_run(graph, feeds, tmp_path / "net")
+    for mode, actual in results.items():
+        for a, r in zip(actual, expected):
+            assert a.dtype == r.dtype and a.shape == r.shape, f"{mode}: {a.dtype}{a.shape} != {r.dtype}{r.shape}"
+            np.testing.assert_allclose(a, r, rtol=1e-3, equal_nan=True, err_msg=f"{op} {attrs} ({mode} mode)")
+
+
+# ONNX's float Mod edge cases (opset 28): signed zeros, infinite and zero divisors, NaN; then mixed
+# signs, whose float16 results lose bits unless computed wider.
+_INF = np.inf
+MOD_A = [0.0, -0.0, 0.0, -0.0, -3.0, 3.0, -1.0, 1.0, _INF, -_INF, 1.0, 1.0, np.nan, 1.0, -4.3, 7.2, 5.0, 4.3, -7.2]
+MOD_B = [-2.0, 2.0, 2.0, -2.0, _INF, _INF, -_INF, -_INF, 2.0, 2.0, 0.0, -0.0, 2.0, np.nan, 2.1, -3.4, 8.0, -2.1, 3.4]
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_mod_float_edge_cases(dtype, fmod, tmp_path):
+    a, b = np.array(MOD_A, dtype), np.array(MOD_B, dtype)
+    check_nonfinite("Mod", [x(data=a), x(data=b)], {"fmod": fmod}, tmp_path, opset=28)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_float16_mixed_signs(fmod, tmp_path):
+    """Exact in float32, off by a float16 ulp when computed in float16."""
+    a = np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, 100.7, -33.3], np.float16)
+    b = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0, -0.3, 0.7], np.float16)
+    check_op("Mod", [x(data=a), x(data=b)], {"fmod": fmod}, tmp_path, opset=28, rel_tol=0)
+
+
+def test_mod_infinite_constant_divisor(tmp_path):
+    """A constant divisor with infinities is guarded too; a finite one is not."""
+    a = np.array([[-3.0, 3.0, 0.5, -0.5]], np.float32)
+    b = np.array([_INF, -_INF, 2.0, 2.0], np.float32)
+    check_nonfinite("Mod", [x(data=a), const(b)], {"fmod": 0}, tmp_path / "inf", opset=28)
+    source = check_op("Mod", [x(data=a), const(np.float32(2.0))], {"fmod": 0}, tmp_path / "finite", opset=28)
+    assert "ops.where" not in source
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "uint8", "uint16", "uint32"])
+def test_mod_int_dtypes(dtype, fmod, tmp_path):
+    a = np.array([-4, 7, 5, 4, -7, 8, 0, 100], np.int64)
+    b = np.array([2, -3, 8, -2, 3, 5, 7, -9], np.int64)
+    if dtype.startswith("u"):
+        a, b = np.abs(a), np.abs(b)
+    check_op("Mod", [x(data=a.astype(dtype)), x(data=b.astype(dtype))], {"fmod": fmod}, tmp_path, opset=13)
+
+
+def test_mod_uint64_refused():
+    ones = np.ones(3, np.uint64)
+    check_unsupported("Mod", [x(data=ones), x(data=ones)], {}, "uint64", opset=13)
+
+
+def test_mod_float_floor_before_opset28_refused():
+    """onnxruntime fails on this model before opset 28, so the opset is lowered after loading."""
+    model, feeds = make_model("Mod", [x(3), x(3)], {"fmod": 0}, opset=28)
+    graph, _ = load(model, feeds)
+    graph.opset = 13
+    assert [p.reason for p in analyse(graph)] == ["fmod=0 on float inputs is defined from opset 28 on (set fmod=1)"]
+
+
 def test_int_div_by_constant(tmp_path):
     check_op("Div", [x(data=np.array([7, -7, 9, -9, 0], np.int64)), const(np.int64(2))], {}, tmp_path)
 
 
-@pytest.mark.parametrize("op", ["Equal", "Greater", "Less"])
-@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+COMPARISONS = ["Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"]
+
+
+@pytest.mark.parametrize("op", COMPARISONS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16, np.int32, np.uint8])
 def test_comparison(op, dtype, tmp_path):
     a = np.array([[1, 2, 3], [4, 5, 6]], dtype)
     b = np.array([3, 2, 1], dtype)
     check_op(op, [x(data=a), x(data=b)], {}, tmp_path)
 
 
-@pytest.mark.parametrize("op", ["And", "Or"])
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
 def test_logical(op, tmp_path):
     a = np.array([[True, False], [True, True]])
     b = np.array([False, True])
@@ -89,12 +160,42 @@ def test_not(tmp_path):
     check_op("Not", [x(data=np.array([[True, False, True]]))], {}, tmp_path)
 
 
+INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+def _ints(dtype, *shape, seed=0):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+def test_bitwise(op, dtype, tmp_path):
+    check_op(op, [x(data=_ints(dtype, 3, 4, 5)), x(data=_ints(dtype, 5, seed=1))], {}, tmp_path, opset=18)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_bitwise_not(dtype, tmp_path):
+    check_op("BitwiseNot", [x(data=_ints(dtype, 3, 4))], {}, tmp_path, opset=18)
+
+
 @pytest.mark.parametrize("op", ["Sum", "Max", "Min"])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_variadic(op, n, tmp_path):
     """Sum/Max/Min take any number of inputs, broadcasting together."""
     shapes = [(2, 3, 4), (3, 1), (4,), (1, 3, 4)][:n]
     check_op(op, [x(*s) for s in shapes], {}, tmp_path)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_mean(n, tmp_path):
+    """Mean takes any number of inputs, broadcasting together (onnxruntime: float32 only)."""
+    shapes = [(2, 3, 4), (3, 1), (4,), (1, 3, 4)][:n]
+    check_op("Mean", [x(*s) for s in shapes], {}, tmp_path)
+
+
+def test_mean_with_constant(tmp_path):
+    check_op("Mean", [x(2, 3), const(np.float32(1.5)), x(3)], {}, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -116,4 +217,5 @@ def test_where(cond_shape, x_shape, y_shape, const_xy, tmp_path):
 
 
 def test_function_table_is_tested():
-    assert set(FUNCTIONS) <= set(ARITH) | {"Equal", "Greater", "Less", "And", "Or"}
+    bitwise = {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}
+    assert set(FUNCTIONS) <= set(ARITH) | set(COMPARISONS) | {"And", "Or", "Xor"} | bitwise

@@ -3,6 +3,7 @@ converter accepts, sizes and scales (integral and not), up and down, and the ref
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from converters.helpers import check_op, check_unsupported, f32, i64, x
 
@@ -121,22 +122,93 @@ def test_resize_generated_code_uses_interpolate_when_it_is_exact(tmp_path):
     assert 'ops.interpolate(in0, size=(257, 513), mode="bilinear", align_corners=True)' in src
 
 
+CUBIC_CTMS = LINEAR_CTMS + ["half_pixel_symmetric"]
+
+
+@pytest.mark.parametrize("geometry", list(GEOMETRIES))
+@pytest.mark.parametrize("ctm", CUBIC_CTMS)
+def test_resize_cubic(ctm, geometry, tmp_path):
+    hw, scales, sizes = GEOMETRIES[geometry]
+    opset = 19 if ctm == "half_pixel_symmetric" else 17
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": ctm}
+    check_op("Resize", _inputs(hw, scales, sizes, opset), attrs, tmp_path, opset=opset)
+
+
+@pytest.mark.parametrize("geometry", ["x2", "x0.5_odd", "x1.7_x0.6", "sizes_to_1"])
+@pytest.mark.parametrize("a, exclude_outside", [(-0.5, 1), (-0.75, 1), (-0.5, 0)])
+def test_resize_cubic_coefficient_and_exclude_outside(a, exclude_outside, geometry, tmp_path):
+    hw, scales, sizes = GEOMETRIES[geometry]
+    attrs = {"mode": "cubic", "cubic_coeff_a": a, "exclude_outside": exclude_outside}
+    check_op("Resize", _inputs(hw, scales, sizes, 17), attrs, tmp_path)
+
+
+def test_resize_cubic_opset11_asymmetric(tmp_path):
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": "asymmetric"}
+    check_op("Resize", _inputs((5, 4), (2.0, 1.5), None, 11), attrs, tmp_path, opset=11)
+
+
+@pytest.mark.parametrize("geometry", ["x0.5_even", "x0.5_odd", "x1.7_x0.6", "sizes_down", "x2", "sizes_same"])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_resize_antialias(mode, exclude_outside, geometry, tmp_path):
+    """Opset 18: downscaling widens the filter; upscaling is plain interpolation."""
+    hw, scales, sizes = GEOMETRIES[geometry]
+    attrs = {"mode": mode, "antialias": 1, "exclude_outside": exclude_outside}
+    check_op("Resize", _inputs(hw, scales, sizes, 18), attrs, tmp_path, opset=18)
+
+
+@pytest.mark.parametrize("ctm", ["align_corners", "asymmetric", "pytorch_half_pixel", "half_pixel_symmetric"])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_coordinate_modes(mode, ctm, tmp_path):
+    attrs = {"mode": mode, "antialias": 1, "coordinate_transformation_mode": ctm}
+    check_op("Resize", _inputs((13, 11), (0.4, 0.7), None, 19), attrs, tmp_path, opset=19)
+
+
+def test_resize_antialias_large_downscale(tmp_path):
+    """A wide window: 4x down with cubic reads 17 input pixels per output pixel."""
+    check_op("Resize", _inputs((32, 9), None, (8, 2), 18), {"mode": "cubic", "antialias": 1}, tmp_path, opset=18)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8])
+def test_resize_nearest_integer_data(dtype, tmp_path):
+    data = x(data=np.arange(30, dtype=dtype).reshape(1, 1, 5, 6))
+    check_op("Resize", [data, None, f32(1.0, 1.0, 2.0, 0.5)], {"mode": "nearest"}, tmp_path)
+
+
 @pytest.mark.parametrize(
     "attrs, match",
     [
-        ({"mode": "cubic"}, "mode"),
         ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, "coordinate_transformation_mode"),
         (
             {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn"},
             "coordinate_transformation_mode",
         ),
-        ({"mode": "linear", "antialias": 1}, "antialias"),
     ],
 )
 def test_resize_refuses(attrs, match):
-    opset = 18 if "antialias" in attrs else 17
     inputs = [x(1, 2, 6, 6), f32(0, 0, 0, 0, 1, 1, 1, 1), f32(1.0, 1.0, 0.5, 0.5)]
-    check_unsupported("Resize", inputs, attrs, match, opset=opset)
+    check_unsupported("Resize", inputs, attrs, match, opset=11 if "tf_half_pixel_for_nn" in str(attrs) else 17)
+
+
+def test_resize_refuses_integer_linear():
+    data = x(data=np.arange(36, dtype=np.int32).reshape(1, 1, 6, 6))
+    check_unsupported("Resize", [data, None, f32(1.0, 1.0, 1.5, 1.5)], {"mode": "linear"}, "nearest only")
+
+
+def test_resize_refuses_runtime_sizes():
+    data = [x(1, 1, 4, 4), None, None, x(data=np.array([1, 1, 8, 8], np.int64))]
+    check_unsupported("Resize", data, {"mode": "linear"}, "sizes (input 3) must be a constant")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [(2.0, 3.0), (1.5, 1.0), (2.5, 1.7)])
+def test_upsample(mode, scales, tmp_path):
+    """Deprecated Upsample (opset 9): asymmetric coordinates, nearest rounds down."""
+    check_op("Upsample", [x(1, 2, 4, 5), f32(1.0, 1.0, *scales)], {"mode": mode}, tmp_path, opset=9)
+
+
+def test_upsample_opset7_attribute(tmp_path):
+    check_op("Upsample", [x(1, 2, 3, 3)], {"mode": "nearest", "scales": [1.0, 1.0, 2.0, 2.0]}, tmp_path, opset=7)
 
 
 def test_resize_refuses_channel_axis():

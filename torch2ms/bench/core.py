@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, load
+from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, bench_folders, load
 from torch2ms.compare import Tolerance, compare_outputs
 from torch2ms.pipeline.workspace import sha256_file, write_json
 from torch2ms.recipe import Recipe
@@ -133,8 +133,9 @@ def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> 
     from torch2ms.pipeline.workspace import RunDir
 
     plain = run_root / "bench" / "plain"
+    ctx = RunContext(recipe, RunDir(run_root), log=log)
     stamp = {
-        "model.onnx": sha256_file(run_root / "export" / "model.onnx"),
+        "model.onnx": sha256_file(ctx.artifact("model.onnx")),
         "passes": "rebuild_passes(fuse_conv_bn_act=False)",
     }
     stamp_file = plain / "bench_stamp.json"
@@ -143,7 +144,6 @@ def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> 
     log(f"generating the plain rebuild (BatchNorm separate) in {plain}")
     plain.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".plain.", dir=plain.parent))
-    ctx = RunContext(recipe, RunDir(run_root), log=log)
     generate_network(ctx, tmp, rebuild_passes(fuse_conv_bn_act=False), "bench_plain_gen")
     write_json(tmp / "bench_stamp.json", stamp)
     if plain.exists():
@@ -198,7 +198,7 @@ def bench_batch(
 ) -> dict[str, VariantResult]:
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
-    inputs, ref_out = split_reference(load_npz(folders["export"] / "reference.npz"))
+    inputs, ref_out = split_reference(load_npz(folders["reference"] / "reference.npz"))
     names = list(ref_out[0])
     tol = Tolerance(recipe.check.rel_error, recipe.check.cosine, recipe.check.argmax_agreement)
     settings = Settings(options.threads, recipe.compile.graph_kernel_flags, recipe.compile.jit_level)
@@ -288,7 +288,7 @@ def fusion_for(folders: dict[str, Path], options: BenchOptions, settings: Settin
         spec = {
             "action": "dump",
             "network": str(network),
-            "export": str(folders["export"]),
+            "reference": str(folders["reference"]),
             "graph_kernel": gk,
             "graph_kernel_flags": settings.graph_kernel_flags if gk else "",
             "jit_level": settings.jit_level,
@@ -338,8 +338,7 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
             log(f"batch {batch}: converting {r.name} (static batch, re-exported)")
             run_root = ensure_run(r, bench_dir / "batches", log).root
         plain = ensure_plain(r, run_root, log)
-        folders = {s: run_root / s for s in ("export", "rebuild", "fold", "compile", "mindir")}
-        folders["plain"] = plain
+        folders = bench_folders(r, run_root, plain)
         if folders_b1 is None:
             folders_b1 = folders
         lock = RunDir(run_root)

@@ -26,24 +26,42 @@ class Variant:
     key: str
     label: str
     kind: str  # torch | onnxruntime | mindspore | mindir
-    stage: str = ""  # folder in the run (or the bench folder) holding network.py / model
+    stage: str = ""  # which folder of bench_folders() holds its network.py / model
     mode: str = ""  # pynative | graph
     graph_kernel: bool = False
 
 
 VARIANTS = (
     Variant("torch", "PyTorch eager", "torch"),
-    Variant("onnxruntime", "onnxruntime (export/model.onnx)", "onnxruntime", "export"),
+    Variant("onnxruntime", "onnxruntime (model.onnx)", "onnxruntime", "onnx"),
     Variant("ms_pynative_plain", "MindSpore PyNative, plain rebuild (BN separate)", "mindspore", "plain", "pynative"),
     Variant("ms_graph_plain", "MindSpore GRAPH, plain rebuild", "mindspore", "plain", "graph"),
-    Variant("ms_graph_conv_bn_act", "MindSpore GRAPH, Conv2dBnAct (rebuild/)", "mindspore", "rebuild", "graph"),
-    Variant("ms_graph_folded", "MindSpore GRAPH, BN folded (fold/)", "mindspore", "fold", "graph"),
+    Variant("ms_graph_conv_bn_act", "MindSpore GRAPH, Conv2dBnAct", "mindspore", "conv_bn_act", "graph"),
+    Variant("ms_graph_folded", "MindSpore GRAPH, BN folded", "mindspore", "folded", "graph"),
     Variant(
-        "ms_graph_folded_gk", "MindSpore GRAPH, BN folded + graph-kernel fusion", "mindspore", "fold", "graph", True
+        "ms_graph_folded_gk", "MindSpore GRAPH, BN folded + graph-kernel fusion", "mindspore", "folded", "graph", True
     ),
     Variant("ms_mindir", "MindSpore MindIR reloaded (GraphCell)", "mindir", "mindir", "graph"),
 )
 BY_KEY = {v.key: v for v in VARIANTS}
+
+
+def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
+    """The run's folders the variants read, by role: where the stages that write them keep the
+    reference data, the ONNX, the Conv2dBnAct network (the first network.py), the folded one (the
+    last) and the MindIR; ``plain`` is the bench's own unfused rebuild."""
+    from torch2ms.pipeline.context import RunContext
+    from torch2ms.pipeline.workspace import RunDir
+
+    ctx = RunContext(recipe, RunDir(run_root))
+    return {
+        "reference": ctx.artifact("reference.npz").parent,
+        "onnx": ctx.artifact("model.onnx").parent,
+        "conv_bn_act": ctx.stage_dir(ctx.first_writer("network.py")),
+        "folded": ctx.artifact("network.py").parent,
+        "mindir": ctx.artifact("network.mindir").parent,
+        "plain": plain,
+    }
 
 
 @dataclass
@@ -109,7 +127,7 @@ def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
     opts.log_severity_level = 3
     opts.intra_op_num_threads = settings.threads
     opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(folders["export"] / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(folders["onnx"] / "model.onnx"), opts, providers=["CPUExecutionProvider"])
     state = {}
 
     def set_sample(sample):

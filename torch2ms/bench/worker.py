@@ -46,7 +46,7 @@ def measure(spec: dict) -> dict:
     baseline = rss_mb()
     recipe = parse_recipe(spec["recipe"], "bench", spec["base_dir"])
     folders = {k: Path(v) for k, v in spec["folders"].items()}
-    inputs, _ = split_reference(load_npz(folders["export"] / "reference.npz"))
+    inputs, _ = split_reference(load_npz(folders["reference"] / "reference.npz"))
     loaded = load(variant, folders, recipe, Settings(**spec["settings"]), inputs[0])
     for _ in range(spec["warmup"]):
         loaded.call()
@@ -73,7 +73,7 @@ def dump(spec: dict) -> dict:
     ms.set_context(save_graphs=1, save_graphs_path=spec["dump_dir"], runtime_num_threads=spec["threads"])
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
-    inputs, _ = split_reference(load_npz(Path(spec["export"]) / "reference.npz"))
+    inputs, _ = split_reference(load_npz(Path(spec["reference"]) / "reference.npz"))
     cell = msutil.build_network(Path(spec["network"]), "dump")
     out = cell(*[ms.Tensor(v) for v in inputs[0].values()])
     (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()

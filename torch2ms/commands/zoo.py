@@ -98,10 +98,10 @@ def zoo(
         )
         live["view"].start()
 
-    def on_row(row: dict) -> None:
-        extra = f"  {row.get('wall_s', 0):.0f} s" + ("  (cached)" if row.get("cached") else "")
-        reason = f"  {' '.join(row['reason'].split())[:160]}" if row["status"] != "passed" else ""
-        console.print(f"  {MARK.get(row['status'], row['status'])} {row['name']}{extra}{reason}", highlight=False)
+    def on_row(row) -> None:
+        extra = f"  {row.wall_s or 0:.0f} s" + ("  (cached)" if row.cached else "")
+        reason = f"  {' '.join(row.reason.split())[:160]}" if not row.passed else ""
+        console.print(f"  {MARK.get(row.status, row.status)} {row.name}{extra}{reason}", highlight=False)
 
     try:
         data = run_batch(

@@ -2,15 +2,22 @@
 
 Ops that map one-to-one onto a ``mindspore.ops`` function are a table; the rest have a small
 converter each. Clip(0, 6) is ReLU6 (how PyTorch exports it); HardSigmoid with PyTorch's
-alpha=1/6, beta=1/2 is ``ops.hardsigmoid``. Softmax before opset 13 normalises over all axes from
-``axis`` on, as one flattened axis (opset 13 made it one axis).
+alpha=1/6, beta=1/2 is ``ops.hardsigmoid``. Softmax, LogSoftmax and Hardmax before opset 13
+normalise over all axes from ``axis`` on, as one flattened axis (opset 13 made it one axis).
+
+Where MindSpore's function is narrower than ONNX the formula is written out: ``ops.elu`` takes
+alpha=1 only (ONNX: x if x > 0 else alpha * (exp(x) - 1)); ``ops.selu`` has the fixed alpha and
+gamma; ``ops.prelu`` takes one slope per channel (axis 1) in float16/float32, while ONNX
+broadcasts the slope to X from the right; ``ops.hardshrink``/``ops.softshrink`` are Shrink with
+bias 0 / bias = lambd in float16/float32. Integer Shrink is computed in float64 and truncated,
+like onnxruntime.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter, literal
+from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype
 
 UNARY = {
     "Relu": "ops.relu",
@@ -27,6 +34,30 @@ UNARY = {
     "Floor": "ops.floor",
     "Ceil": "ops.ceil",
     "Softplus": "ops.softplus",
+    "Sin": "ops.sin",
+    "Cos": "ops.cos",
+    "Tan": "ops.tan",
+    "Asin": "ops.asin",
+    "Acos": "ops.acos",
+    "Atan": "ops.atan",
+    "Sinh": "ops.sinh",
+    "Cosh": "ops.cosh",
+    "Asinh": "ops.asinh",
+    "Acosh": "ops.acosh",
+    "Atanh": "ops.atanh",
+    "Round": "ops.round",  # half to even, like ONNX
+    "IsNaN": "ops.isnan",
+    "BitwiseNot": "ops.invert",
+    "Softsign": "ops.softsign",
+    "Mish": "ops.mish",
+}
+# The opset each op appeared in, where it is not 1 (before 7, opsets are out of the loader's range).
+_SINCE = {
+    **dict.fromkeys(["Sin", "Cos", "Tan", "Asin", "Acos", "Atan"], 7),
+    **dict.fromkeys(["Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "IsNaN"], 9),
+    "Round": 11,
+    "BitwiseNot": 18,
+    "Mish": 18,
 }
 
 
@@ -40,7 +71,7 @@ def _unary(op: str, fn: str):
 
 
 for _op, _fn in UNARY.items():
-    converter(_op, since=1)(_unary(_op, _fn))
+    converter(_op, since=_SINCE.get(_op, 1))(_unary(_op, _fn))
 
 
 _FLT_MAX = 3.4028234663852886e38
@@ -95,18 +126,132 @@ def softmax(em, *, axis=-1):
 @converter("Softmax", since=1)
 def softmax_v1(em, *, axis=1):
     """Softmax(input) -> output   attrs: axis (before 13: over all axes from ``axis`` on, flattened)"""
-    shape = em.shape(0)
-    axis = axis % len(shape)
-    if axis == len(shape) - 1:
-        return f"ops.softmax({em.x(0)}, axis=-1)"
-    rows = (int(np.prod(shape[:axis], dtype=np.int64)), -1)
-    return f"ops.reshape(ops.softmax(ops.reshape({em.x(0)}, {rows!r}), axis=-1), {tuple(shape)!r})"
+    return _flattened(em, int(axis), lambda x, ax: f"ops.softmax({x}, axis={ax})")
 
 
 @converter("Gelu", since=20)
 def gelu(em, *, approximate="none"):
     """Gelu(X) -> Y   attrs: approximate ('none' | 'tanh')"""
     return f"ops.gelu({em.x(0)}, approximate={approximate!r})"
+
+
+def _flattened(em, axis: int, fn) -> str:
+    """``fn(x, -1)`` over the axes from ``axis`` on as one (the opset < 13 softmax family)."""
+    shape = em.shape(0)
+    axis = axis % len(shape)
+    if axis == len(shape) - 1:
+        return fn(em.x(0), -1)
+    rows = (int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64)))
+    return f"ops.reshape({fn(f'ops.reshape({em.x(0)}, {rows!r})', -1)}, {tuple(shape)!r})"
+
+
+@converter("LogSoftmax", since=13)
+def log_softmax(em, *, axis=-1):
+    """LogSoftmax(input) -> output   attrs: axis (opset 13: one axis)"""
+    return f"ops.log_softmax({em.x(0)}, {int(axis)})"
+
+
+@converter("LogSoftmax", since=1)
+def log_softmax_v1(em, *, axis=1):
+    """LogSoftmax(input) -> output   attrs: axis (before 13: over all axes from ``axis`` on, flattened)"""
+    return _flattened(em, int(axis), lambda x, ax: f"ops.log_softmax({x}, {ax})")
+
+
+def _hardmax(em, x: str, axis: int, depth: int) -> str:
+    one_hot = f"ops.one_hot(ops.argmax({x}, {axis}), {depth}, 1.0, 0.0, {axis})"  # float32; ties: the first
+    return one_hot if em.dtype(0) == np.float32 else f"ops.cast({one_hot}, {ms_dtype(em.dtype(0))})"
+
+
+@converter("Hardmax", since=13)
+def hardmax(em, *, axis=-1):
+    """Hardmax(input) -> output   attrs: axis (1 at the first maximum along the axis, else 0)"""
+    axis = int(axis) % em.rank(0)
+    return _hardmax(em, em.x(0), axis, em.shape(0)[axis])
+
+
+@converter("Hardmax", since=1)
+def hardmax_v1(em, *, axis=1):
+    """Hardmax(input) -> output   attrs: axis (before 13: over all axes from ``axis`` on, flattened)"""
+    depth = int(np.prod(em.shape(0)[int(axis) % em.rank(0) :], dtype=np.int64))
+    return _flattened(em, int(axis), lambda x, ax: _hardmax(em, x, ax, depth))
+
+
+@converter("PRelu", since=1)
+def prelu(em):
+    """PRelu(X, slope) -> Y = X if X >= 0 else slope * X   (slope broadcast to X)"""
+    x = em.x(0)
+    slope = em.const(1)
+    shape, dtype = em.shape(0), em.dtype(0)
+    if slope is not None and dtype in (np.float16, np.float32) and len(shape) >= 2:
+        aligned = (1,) * (len(shape) - slope.ndim) + slope.shape
+        channels = int(shape[1])
+        if slope.size == 1 or (aligned[1] == channels and int(np.prod(aligned)) == channels):
+            weight = np.broadcast_to(slope.reshape(-1), (channels,)).astype(dtype)
+            if dtype == np.float16:  # nn.PReLU's weight is float32
+                return f"ops.prelu({x}, {em.tensor(weight, 'slope')})"
+            layer = em.layer("nn.PReLU", channels, params={"w": weight})
+            return f"{layer}({x})"
+    return f"ops.where({x} < 0, {x} * {em.operand(1)}, {x})"
+
+
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * abs(b)
+
+
+@converter("Elu", since=6)
+def elu(em, *, alpha=1.0):
+    """Elu(X) -> Y = X if X > 0 else alpha * (exp(X) - 1)"""
+    if _close(alpha, 1.0):
+        return f"ops.elu({em.x(0)})"
+    return f"ops.where({em.x(0)} > 0, {em.x(0)}, {literal(float(alpha))} * ops.expm1({em.x(0)}))"
+
+
+@converter("Selu", since=6)
+def selu(em, *, alpha=_SELU_ALPHA, gamma=_SELU_GAMMA):
+    """Selu(X) -> Y = gamma * (X if X > 0 else alpha * (exp(X) - 1))"""
+    if _close(alpha, _SELU_ALPHA) and _close(gamma, _SELU_GAMMA):
+        return f"ops.selu({em.x(0)})"
+    x = em.x(0)
+    return f"{literal(float(gamma))} * ops.where({x} > 0, {x}, {literal(float(alpha))} * ops.expm1({x}))"
+
+
+@converter("Celu", since=12)
+def celu(em, *, alpha=1.0):
+    """Celu(X) -> Y = max(0, X) + min(0, alpha * (exp(X / alpha) - 1))"""
+    return f"ops.celu({em.x(0)}, {literal(float(alpha))})" if not _close(alpha, 1.0) else f"ops.celu({em.x(0)})"
+
+
+@converter("ThresholdedRelu", since=10)
+def thresholded_relu(em, *, alpha=1.0):
+    """ThresholdedRelu(X) -> Y = X if X > alpha else 0"""
+    return f"ops.threshold({em.x(0)}, {literal(float(alpha))}, 0.0)"
+
+
+@converter("Shrink", since=9)
+def shrink(em, *, bias=0.0, lambd=0.5):
+    """Shrink(input) -> output = x - bias if x > lambd, x + bias if x < -lambd, else 0"""
+    x, dtype = em.x(0), em.dtype(0)
+    if dtype in (np.float16, np.float32):
+        if bias == 0:
+            return f"ops.hardshrink({x}, {literal(float(lambd))})"
+        if bias == lambd:
+            return f"ops.softshrink({x}, {literal(float(lambd))})"
+    wide = x if dtype.kind == "f" else f"ops.cast({x}, ms.float64)"
+    b, lam = literal(float(bias)), literal(float(lambd))
+    formula = f"ops.where({wide} > {lam}, {wide} - {b}, ops.where({wide} < -{lam}, {wide} + {b}, 0.0))"
+    return formula if dtype.kind == "f" else f"ops.cast({formula}, {ms_dtype(dtype)})"
+
+
+@converter("Swish", since=24)
+def swish(em, *, alpha=1.0):
+    """Swish(X) -> Y = X * sigmoid(alpha * X)"""
+    if _close(alpha, 1.0):
+        return f"ops.silu({em.x(0)})"
+    return f"{em.x(0)} * ops.sigmoid({literal(float(alpha))} * {em.x(0)})"
 
 
 @converter("Identity", since=1)

@@ -3,14 +3,22 @@ one exists (``a + b``), so the generated code reads like hand-written MindSpore.
 
 ONNX ``Div`` on integers truncates toward zero, while ``/`` on MindSpore integer tensors is true
 division (a float result): integer Div is ``ops.div(..., rounding_mode="trunc")``. ``Max``,
-``Min`` and ``Sum`` take one or more inputs. ONNX ``Mod`` on floats needs ``fmod=1``.
+``Min``, ``Sum`` and ``Mean`` take one or more inputs.
+
+``Mod``: ``fmod=1`` is C's fmod (the sign of A), ``fmod=0`` Python's % (the sign of B), for floats
+only from opset 28. MindSpore's ``ops.fmod``/``ops.remainder`` differ from ONNX where B is
+infinite (ONNX: A, or B when the signs differ under fmod=0; MindSpore: NaN), so a B that is not a
+finite constant is guarded; float16 is computed in float32 (``x - floor(x / y) * y`` in float16
+loses the last bits); uint32 goes through int64 (no GRAPH-mode kernel).
 """
 
 from __future__ import annotations
 
 from functools import reduce
 
-from torch2ms.converters.api import converter
+import numpy as np
+
+from torch2ms.converters.api import Unsupported, converter
 
 OPERATORS = {"Add": "+", "Sub": "-", "Mul": "*"}  # Div: below
 FUNCTIONS = {
@@ -18,9 +26,17 @@ FUNCTIONS = {
     "Equal": "ops.equal",
     "Greater": "ops.greater",
     "Less": "ops.less",
+    "GreaterOrEqual": "ops.greater_equal",
+    "LessOrEqual": "ops.less_equal",
     "And": "ops.logical_and",
     "Or": "ops.logical_or",
+    "Xor": "ops.logical_xor",
+    "BitwiseAnd": "ops.bitwise_and",
+    "BitwiseOr": "ops.bitwise_or",
+    "BitwiseXor": "ops.bitwise_xor",
 }
+# The opset each op appeared in where it is not 7.
+_SINCE = {"GreaterOrEqual": 12, "LessOrEqual": 12, "BitwiseAnd": 18, "BitwiseOr": 18, "BitwiseXor": 18}
 VARIADIC = {"Max": "ops.maximum", "Min": "ops.minimum"}
 
 
@@ -54,7 +70,7 @@ def _variadic(op: str, fn: str):
 for _op, _sym in OPERATORS.items():
     converter(_op, since=7)(_operator(_op, _sym))
 for _op, _fn in FUNCTIONS.items():
-    converter(_op, since=7)(_function(_op, _fn))
+    converter(_op, since=_SINCE.get(_op, 7))(_function(_op, _fn))
 for _op, _fn in VARIADIC.items():
     converter(_op, since=8)(_variadic(_op, _fn))
 
@@ -67,11 +83,47 @@ def div(em):
     return f"{em.operand(0)} / {em.operand(1)}"
 
 
+def _mod(em, fmod: int) -> str:
+    a, b = em.x(0), em.operand(1)
+    dtype = em.dtype(0)
+    if dtype.kind == "f" and not fmod and em.graph.opset < 28:
+        raise Unsupported("fmod=0 on float inputs is defined from opset 28 on (set fmod=1)")
+    if dtype == np.uint64:
+        raise Unsupported("Mod on uint64 not supported (MindSpore has no CPU kernel for it in GRAPH mode)")
+    fn = "ops.fmod" if fmod else "ops.remainder"
+    if dtype == np.uint32:
+        return f"ops.cast({fn}(ops.cast({a}, ms.int64), ops.cast({b}, ms.int64)), ms.uint32)"
+    if dtype == np.float16:
+        core = f"ops.cast({fn}(ops.cast({a}, ms.float32), ops.cast({b}, ms.float32)), ms.float16)"
+    else:
+        core = f"{fn}({a}, {b})"
+    divisor = em.const(1)
+    if dtype.kind != "f" or (divisor is not None and np.isfinite(divisor).all()):
+        return core
+    finite_by_inf = f"ops.isinf({b}) & ops.isfinite({a})"
+    inf_result = a if fmod else f"ops.where({a} * {b} < 0, {b}, {a})"
+    return f"ops.where({finite_by_inf}, {inf_result}, {core})"
+
+
 @converter("Mod", since=10)
 def mod(em, *, fmod=0):
     """Mod(A, B) -> C   attrs: fmod (0: the result has B's sign, like Python's %; 1: A's, like C's fmod)"""
-    fn = "ops.fmod" if fmod else "ops.remainder"
-    return f"{fn}({em.x(0)}, {em.operand(1)})"
+    return _mod(em, fmod)
+
+
+@converter("Mod", since=28)
+def mod_v28(em, *, fmod=0):
+    """Mod(A, B) -> C   attrs: fmod (opset 28: fmod=0 on floats too, infinities and zeros spelled out)"""
+    return _mod(em, fmod)
+
+
+@converter("Mean", since=8)
+def mean(em):
+    """Mean(data_0, ...) -> mean   as the sum over the count"""
+    n = em.n_inputs()
+    if n == 1:
+        return em.x(0)
+    return "(" + " + ".join([em.x(0)] + [em.operand(i) for i in range(1, n)]) + f") / {n}"
 
 
 @converter("Sum", since=8)

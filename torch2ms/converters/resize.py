@@ -1,4 +1,5 @@
-"""Resize of the two spatial axes of an NCHW tensor, with a static output size.
+"""Resize (and the deprecated Upsample) of the two spatial axes of an NCHW tensor, with a static
+output size.
 
 ONNX maps output pixel ``x`` of an axis to the source coordinate (``coordinate_transformation_mode``;
 ``scale`` is the given scale, or ``out / in`` when sizes are given)::
@@ -19,6 +20,20 @@ writes ``ops.interpolate`` when they agree; otherwise it writes the resize as wh
 map per axis: linear as ``rows @ x @ cols`` with constant interpolation matrices, nearest as two
 ``ops.gather`` with constant source indices. Coordinates are computed in float32 like
 onnxruntime and PyTorch.
+
+Cubic is such a fixed map too: source coordinate ``c = floor(c) + t`` takes the 4 pixels
+``floor(c) - 1 ... floor(c) + 2`` (clamped to the edge) with Keys' weights for
+``A = cubic_coeff_a``::
+
+    w(d) = (A + 2)|d|^3 - (A + 3)|d|^2 + 1        |d| <= 1
+    w(d) = A|d|^3 - 5A|d|^2 + 8A|d| - 4A          1 < |d| < 2
+
+``exclude_outside=1`` gives pixels outside the input weight 0 and renormalizes. ``antialias=1``
+(opset 18, linear and cubic) widens the filter by ``1 / scale`` when downscaling, as Pillow does:
+output pixel ``x`` with ``center = c + 0.5`` averages input pixels ``p`` with weights
+``w((p + 0.5 - center) * scale)`` over ``|p + 0.5 - center| < support / scale``, normalized to sum
+1 (support 1 for linear, 2 for cubic); weights falling outside the input go to the edge pixel,
+or are dropped with ``exclude_outside=1``. This follows onnxruntime's implementation.
 """
 
 from __future__ import annotations
@@ -74,6 +89,69 @@ def linear_matrix(coords: np.ndarray, n_in: int) -> np.ndarray:
     return m
 
 
+def cubic_matrix(coords: np.ndarray, n_in: int, a: float, exclude_outside: bool) -> np.ndarray:
+    """(out, in) matrix of cubic-convolution weights (unclamped coordinates, edge pixels repeated)."""
+    c = coords.astype(np.float64)
+    base = np.floor(c)
+    t = c - base
+    a = float(np.float32(a))
+    weights = np.stack(
+        [
+            ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+        ],
+        -1,
+    )
+    idx = base.astype(np.int64)[:, None] + np.arange(-1, 3)
+    if exclude_outside:
+        weights = np.where((idx >= 0) & (idx < n_in), weights, 0.0)
+        weights /= weights.sum(-1, keepdims=True)
+    m = np.zeros((len(c), n_in))
+    np.add.at(m, (np.repeat(np.arange(len(c)), 4), np.clip(idx, 0, n_in - 1).reshape(-1)), weights.reshape(-1))
+    return m
+
+
+def _triangle(x: np.ndarray, a: float) -> np.ndarray:  # noqa: ARG001 - same signature as _keys
+    return np.clip(1 - np.abs(x), 0, None)
+
+
+def _keys(x: np.ndarray, a: float) -> np.ndarray:
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
+
+
+def antialias_matrix(coords: np.ndarray, n_in: int, scale: float, mode: str, a: float, exclude_outside: bool):
+    """(out, in) matrix of the antialiasing filter (onnxruntime's Pillow-style resampling)."""
+    n_out = len(coords)
+    if n_out == n_in:
+        return np.eye(n_in)  # onnxruntime copies an axis whose size does not change
+    inv = _F(1) / _F(scale)  # input pixels per output pixel
+    support = (2.0 if mode == "linear" else 4.0) * 0.5
+    if inv >= 1:
+        support *= float(inv)
+    window = int(np.ceil(support)) * 2 + 1
+    filt, stretch = (_triangle if mode == "linear" else _keys), (1 / float(inv) if inv >= 1 else 1.0)
+    m = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = float(_F(0.5) + (_F(i) if inv == 1 else coords[i]))
+        lo = int(np.floor(center - support + 0.5))
+        hi = lo + int(np.clip(np.floor(center + support + 0.5) - lo, 0, window))
+        lo_cut, hi_cut = min(max(lo, 0), n_in), min(max(hi, 0), n_in)
+        if exclude_outside:
+            lo, hi = lo_cut, hi_cut
+        if lo_cut >= hi_cut:
+            continue
+        p = np.arange(lo, hi)
+        w = filt((p - center + 0.5) * stretch, float(np.float32(a)))
+        total = w.sum()
+        np.add.at(m[i], np.clip(p, 0, n_in - 1), w / (total if total != 0 else 1.0))
+    return m
+
+
 def _ms_bilinear(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
     """What ResizeBilinearV2 samples (clamped), for comparison with ONNX."""
     x = np.arange(n_out, dtype=_F)
@@ -98,7 +176,7 @@ def _scales(em, axes, keep_aspect_ratio_policy) -> list[float]:
     """The per-axis scale ONNX uses for the coordinate mapping."""
     rank, in_shape, out_shape = em.rank(0), em.shape(0), em.out_shape()
     axes = [int(a) % rank for a in (axes or range(rank))]
-    scales = em.const(2) if em.has_input(2) else None
+    scales = em.require_const(2, "scales") if em.has_input(2) else None
     full = [1.0] * rank
     if scales is not None and scales.size:
         for a, s in zip(axes, scales.tolist()):
@@ -121,6 +199,25 @@ def _same_coordinates(onnx: np.ndarray, ms: np.ndarray, n_in: int) -> bool:
     return np.allclose(onnx, ms, rtol=0, atol=max(1e-5, 1e-6 * n_in))
 
 
+def _matrices(em, x: str, rows: np.ndarray, cols: np.ndarray) -> str:
+    """``rows @ x @ cols.T`` with constant matrices (an identity is left out)."""
+    base = em.name_hint("resize")
+    dtype = em.value(0).dtype or np.float32
+    if not _is_identity(rows):
+        x = f"ops.matmul({em.tensor(rows.astype(dtype), f'{base}_rows')}, {x})"
+    if not _is_identity(cols):
+        x = f"ops.matmul({x}, {em.tensor(cols.T.astype(dtype), f'{base}_cols')})"
+    return x
+
+
+def _gathers(em, x: str, idx: list[np.ndarray], in_hw) -> str:
+    base = em.name_hint("resize")
+    for axis, i, n, part in zip((2, 3), idx, in_hw, ("rows", "cols")):
+        if not np.array_equal(i, np.arange(n)):
+            x = f"ops.gather({x}, {em.tensor(i.astype(np.int32), f'{base}_{part}')}, {axis})"
+    return x
+
+
 @converter("Resize", since=11)
 def resize(
     em,
@@ -135,47 +232,67 @@ def resize(
     axes=None,
     keep_aspect_ratio_policy="stretch",
 ):
-    """Resize(X, roi?, scales?, sizes?) -> Y   attrs: mode, coordinate_transformation_mode, nearest_mode, axes, keep_aspect_ratio_policy"""  # noqa: E501 - the signature line is the operator table's
+    """Resize(X, roi?, scales?, sizes?) -> Y   attrs: mode (nearest, linear, cubic), coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside, antialias, axes, keep_aspect_ratio_policy"""  # noqa: E501 - the signature line is the operator table's
     ctm = coordinate_transformation_mode
     if em.rank(0) != 4:
         raise Unsupported(f"only 4-D (NCHW) inputs are supported (rank {em.rank(0)})")
-    if mode not in ("linear", "nearest"):
+    if mode not in ("linear", "nearest", "cubic"):
         raise Unsupported(f"mode={mode!r} not supported")
     if ctm not in _MODES:
         raise Unsupported(f"coordinate_transformation_mode={ctm!r} not supported")
     if mode == "nearest" and nearest_mode not in _NEAREST:
         raise Unsupported(f"nearest_mode={nearest_mode!r} not supported")
-    if antialias:
-        raise Unsupported("antialias=1 not supported")
+    if antialias and mode == "nearest":
+        raise Unsupported("antialias=1 with mode='nearest' not supported (it applies to linear and cubic)")
+    if em.dtype(0).kind != "f" and mode != "nearest":
+        raise Unsupported(f"mode={mode!r} on {em.dtype(0)} data not supported (nearest only)")
     in_shape, out_shape = em.shape(0), em.out_shape()
     scales = _scales(em, axes, keep_aspect_ratio_policy)
     if tuple(in_shape[:2]) != tuple(out_shape[:2]) or scales[:2] != [1.0, 1.0]:
         raise Unsupported("resizing the batch or channel axis is not supported")
-    coords = [
-        source_coordinates(ctm, n_in, n_out, s) for n_in, n_out, s in zip(in_shape[2:], out_shape[2:], scales[2:])
-    ]
-    size = tuple(int(d) for d in out_shape[2:])
+    in_hw, size = in_shape[2:], tuple(int(d) for d in out_shape[2:])
+    coords = [source_coordinates(ctm, n_in, n_out, s) for n_in, n_out, s in zip(in_hw, size, scales[2:])]
     x = em.x(0)
-    base = em.name_hint("resize")
-    dtype = em.value(0).dtype or np.float32
+    if antialias:
+        rows, cols = (
+            antialias_matrix(c, n, s, mode, cubic_coeff_a, bool(exclude_outside))
+            for c, n, s in zip(coords, in_hw, scales[2:])
+        )
+        return _matrices(em, x, rows, cols)
+    if mode == "cubic":
+        rows, cols = (cubic_matrix(c, n, cubic_coeff_a, bool(exclude_outside)) for c, n in zip(coords, in_hw))
+        return _matrices(em, x, rows, cols)
     if mode == "linear":
-        clamped = [np.clip(c, 0, n - 1) for c, n in zip(coords, in_shape[2:])]
+        clamped = [np.clip(c, 0, n - 1) for c, n in zip(coords, in_hw)]
         for align in (ctm == "align_corners", ctm != "align_corners"):
-            if all(_same_coordinates(c, _ms_bilinear(n, m, align), n) for c, n, m in zip(clamped, in_shape[2:], size)):
+            if all(_same_coordinates(c, _ms_bilinear(n, m, align), n) for c, n, m in zip(clamped, in_hw, size)):
                 return f'ops.interpolate({x}, size={size!r}, mode="bilinear", align_corners={align})'
-        rows, cols = (linear_matrix(c, n) for c, n in zip(coords, in_shape[2:]))
-        if not _is_identity(rows):
-            x = f"ops.matmul({em.tensor(rows.astype(dtype), f'{base}_rows')}, {x})"
-        if not _is_identity(cols):
-            x = f"ops.matmul({x}, {em.tensor(cols.T.astype(dtype), f'{base}_cols')})"
-        return x
-    idx = [nearest_indices(c, nearest_mode, n) for c, n in zip(coords, in_shape[2:])]
+        rows, cols = (linear_matrix(c, n) for c, n in zip(coords, in_hw))
+        return _matrices(em, x, rows, cols)
+    idx = [nearest_indices(c, nearest_mode, n) for c, n in zip(coords, in_hw)]
+    if em.dtype(0).kind != "f":
+        return _gathers(em, x, idx, in_hw)  # ResizeNearestNeighborV2 on CPU takes floats and uint8 only
     for ms_mode in ("nearest", "nearest-exact"):
-        if all(
-            np.array_equal(i, _ms_nearest(n, m, ms_mode == "nearest-exact")) for i, n, m in zip(idx, in_shape[2:], size)
-        ):
+        if all(np.array_equal(i, _ms_nearest(n, m, ms_mode == "nearest-exact")) for i, n, m in zip(idx, in_hw, size)):
             return f'ops.interpolate({x}, size={size!r}, mode="{ms_mode}")'
-    for axis, i, n, part in zip((2, 3), idx, in_shape[2:], ("rows", "cols")):
-        if not np.array_equal(i, np.arange(n)):
-            x = f"ops.gather({x}, {em.tensor(i.astype(np.int32), f'{base}_{part}')}, {axis})"
-    return x
+    return _gathers(em, x, idx, in_hw)
+
+
+@converter("Upsample", since=7)
+def upsample(em, *, mode="nearest", scales=None):
+    """Upsample(X, scales?) -> Y   attrs: mode (nearest: floor, linear), scales (opset 7); deprecated since opset 10"""
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise Unsupported(f"mode={mode!r} not supported")
+    if em.rank(0) != 4:
+        raise Unsupported(f"only 4-D (NCHW) inputs are supported (rank {em.rank(0)})")
+    scales = [float(s) for s in (em.require_const(1, "scales").reshape(-1) if em.has_input(1) else scales)]
+    if scales[:2] != [1.0, 1.0]:
+        raise Unsupported("resizing the batch or channel axis is not supported")
+    in_hw = em.shape(0)[2:]
+    size = [int(np.floor(n * _F(s))) for n, s in zip(in_hw, scales[2:])]
+    # Upsample maps like Resize's asymmetric mode: source = x / scale, nearest rounds down.
+    coords = [source_coordinates("asymmetric", n, m, s) for n, m, s in zip(in_hw, size, scales[2:])]
+    if mode == "nearest":
+        return _gathers(em, em.x(0), [nearest_indices(c, "floor", n) for c, n in zip(coords, in_hw)], in_hw)
+    rows, cols = (linear_matrix(c, n) for c, n in zip(coords, in_hw))
+    return _matrices(em, em.x(0), rows, cols)

@@ -65,7 +65,7 @@ class CompileStage(Stage):
             "median_ms": timings[chosen]["median_ms"],
             "pynative_median_ms": pynative["median_ms"],
             "speedup_vs_pynative": round(pynative["median_ms"] / timings[chosen]["median_ms"], 2),
-            "variants": {"pynative_rebuild": pynative, **timings},
+            "variants": {"pynative_plain": pynative, **timings},
         }
         write_json(out / "compile.json", extra)
         return StageOutput(outputs, extra=extra)

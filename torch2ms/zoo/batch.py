@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch2ms.zoo.files import STATUS, read_json
+from torch2ms.zoo.row import ModelRow
 from torch2ms.zoo.spec import ZooModel
 from torch2ms.zoo.summary import build, write_summaries
 
@@ -35,16 +36,16 @@ class BatchState:
     names: list[str]
     out_root: Path
     batch: str
-    rows: dict[str, dict] = field(default_factory=dict)
+    rows: dict[str, ModelRow] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, row: dict) -> None:
+    def add(self, row: ModelRow) -> None:
         with self.lock:
-            self.rows[row["name"]] = row
+            self.rows[row.name] = row
 
     def counts(self) -> tuple[int, int]:
         with self.lock:
-            ok = sum(r["status"] == "passed" for r in self.rows.values())
+            ok = sum(r.passed for r in self.rows.values())
             return ok, len(self.rows) - ok
 
     def running(self) -> list[tuple[str, str, float]]:
@@ -83,7 +84,7 @@ def run_batch(
     models: list[ZooModel],
     opts: ZooOptions,
     zoo_source: str,
-    on_row: Callable[[dict], None] = lambda r: None,
+    on_row: Callable[[ModelRow], None] = lambda r: None,
     on_start: Callable[[BatchState], None] = lambda s: None,
     log: Callable[[str], None] = print,
 ) -> dict:
@@ -94,7 +95,7 @@ def run_batch(
     jobs = make_jobs(models, opts, batch)
     state = BatchState([m.name for m in models], opts.out_root, batch)
 
-    def done(row: dict) -> None:
+    def done(row: ModelRow) -> None:
         state.add(row)
         on_row(row)
 

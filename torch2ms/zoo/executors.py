@@ -13,19 +13,14 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from torch2ms.errors import Torch2msError
 from torch2ms.stages import stage_names
 from torch2ms.zoo.launch import kill_all, run_one
+from torch2ms.zoo.row import ModelRow
 
-OnDone = Callable[[dict], None]
+OnDone = Callable[[ModelRow], None]
 
 
-def failed_row(job: dict, reason: str) -> dict:
+def failed_row(job: dict, reason: str) -> ModelRow:
     """The row of a model whose task never produced one (the executor itself failed)."""
-    return {
-        "name": job["name"],
-        "status": "crashed",
-        "stages": dict.fromkeys(stage_names(), "not run"),
-        "reason": reason,
-        "cached": False,
-    }
+    return ModelRow(job["name"], "crashed", dict.fromkeys(stage_names(), "not run"), reason)
 
 
 def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:

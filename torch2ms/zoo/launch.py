@@ -25,12 +25,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from torch2ms.memory import rss_mb
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
+from torch2ms.zoo.row import ModelRow
 
 POLL_S = 0.5
 GRACE_S = 3.0
@@ -86,7 +88,18 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def run_one(job: dict) -> dict:
+@dataclass
+class WorkerExit:
+    """How a worker process ended, as the launcher saw it."""
+
+    returncode: int | None
+    timed_out: bool
+    over_memory: bool
+    wall_s: float
+    peak_sampled_mb: float  # the largest RSS sampled while it ran
+
+
+def run_one(job: dict) -> ModelRow:
     """Run the job in a worker process; return the model's summary row (also written to disk)."""
     run_dir = Path(job["out_root"]) / job["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +108,7 @@ def run_one(job: dict) -> dict:
         run_dir,
         {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()},
     )
-    previous = read_json(run_dir / RESULT)
+    previous = ModelRow.from_dict(read_json(run_dir / RESULT))
     env = dict(os.environ)
     extra_path = [p for p in job.get("pythonpath", []) if p]
     if extra_path:
@@ -145,8 +158,9 @@ def run_one(job: dict) -> dict:
     status = read_json(run_dir / STATUS) or {}
     if status.get("batch") != job["batch"]:
         status = {}
-    row = build_row(job, run_dir, status, p.returncode, timed_out, over_memory, wall, peak_sampled, previous)
-    write_json(run_dir / RESULT, row)
+    ended = WorkerExit(p.returncode, timed_out, over_memory, wall, peak_sampled)
+    row = build_row(job, run_dir, status, ended, previous)
+    write_json(run_dir / RESULT, row.to_dict())
     return row
 
 
@@ -171,28 +185,20 @@ def _kernel_oom_killed(pid: int | None) -> bool:
     return f"Killed process {pid} " in log
 
 
-def build_row(
-    job: dict,
-    run_dir: Path,
-    status: dict,
-    returncode: int | None,
-    timed_out: bool,
-    over_memory: bool,
-    wall: float,
-    peak_sampled: float,
-    previous: dict | None,
-) -> dict:
+def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previous: ModelRow | None) -> ModelRow:
+    """The model's row from its job, the worker's last status, how it ended, and its stage records."""
+    returncode = ended.returncode
     stages = dict.fromkeys(stage_names(), "not run")
     stages.update(status.get("stages") or {})
     current = status.get("stage")
     finished = status.get("state") == "finished"
-    peak = max(peak_sampled, status.get("peak_rss_mb") or 0.0)
+    peak = max(ended.peak_sampled_mb, status.get("peak_rss_mb") or 0.0)
     where = (
         f" during stage {current!r}"
         if current and stages.get(current) == "running"
         else (" before the first stage" if not current else f" after stage {current!r}")
     )
-    if timed_out:
+    if ended.timed_out:
         model_status = "timeout"
         if current and stages.get(current) == "running":
             stages[current] = "timeout"
@@ -200,7 +206,7 @@ def build_row(
             f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the "
             "model's `timeout:`)"
         )
-    elif over_memory:
+    elif ended.over_memory:
         model_status = "oom"
         if current and stages.get(current) == "running":
             stages[current] = "oom"
@@ -244,27 +250,27 @@ def build_row(
 
     cached = model_status == "passed" and all(s in ("up to date", "disabled") for s in stages.values())
     peak_rss = round(peak, 1) if peak else None
-    if cached and previous and previous.get("peak_rss_mb") and previous.get("status") == "passed":
-        peak_rss = previous["peak_rss_mb"]  # the figure of the run that did the work
-    return {
-        "name": job["name"],
-        "status": model_status,
-        "stages": stages,
-        "worst_rel_error": max(rels) if rels else None,
-        "min_cosine": min(coss) if coss else None,
-        "task_agreement": min(tasks) if tasks else None,
-        "onnx_nodes": get("counts", "onnx_nodes"),
-        "conv2d_bn_act": get("counts", "conv2d_bn_act"),
-        "batchnorm_folded": get("counts", "batchnorm_folded"),
-        "convert_s": round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
-        "latency_ms": get("extra", "median_ms"),
-        "peak_rss_mb": peak_rss,
-        "wall_s": round(wall, 2),
-        "timeout_s": job["timeout"],
-        "max_memory_mb": job.get("max_memory_mb"),
-        "cached": cached,
-        "exit_code": returncode,
-        "reason": reason,
-        "run_dir": str(run_dir),
-        "log": str(run_dir / LOG),
-    }
+    if cached and previous and previous.peak_rss_mb and previous.passed:
+        peak_rss = previous.peak_rss_mb  # the figure of the run that did the work
+    return ModelRow(
+        name=job["name"],
+        status=model_status,
+        stages=stages,
+        reason=reason,
+        worst_rel_error=max(rels) if rels else None,
+        min_cosine=min(coss) if coss else None,
+        task_agreement=min(tasks) if tasks else None,
+        onnx_nodes=get("counts", "onnx_nodes"),
+        conv2d_bn_act=get("counts", "conv2d_bn_act"),
+        batchnorm_folded=get("counts", "batchnorm_folded"),
+        convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
+        latency_ms=get("extra", "median_ms"),
+        peak_rss_mb=peak_rss,
+        wall_s=round(ended.wall_s, 2),
+        timeout_s=job["timeout"],
+        max_memory_mb=job.get("max_memory_mb"),
+        cached=cached,
+        exit_code=returncode,
+        run_dir=str(run_dir),
+        log=str(run_dir / LOG),
+    )

@@ -13,22 +13,10 @@ from pathlib import Path
 from torch2ms.pipeline.runner import framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.stages import stage_names
+from torch2ms.zoo.row import COLUMNS as METRIC_COLUMNS
+from torch2ms.zoo.row import ModelRow
 
-COLUMNS = (
-    "model",
-    "status",
-    *stage_names(),
-    "max rel err",
-    "min cosine",
-    "task agreement",
-    "ONNX nodes",
-    "Conv2dBnAct",
-    "BN folded",
-    "convert s",
-    "latency ms",
-    "peak RSS MB",
-    "reason",
-)
+COLUMNS = ("model", "status", *stage_names(), *(c[0] for c in METRIC_COLUMNS), "reason")
 STATUS_COLOR = {
     "passed": "#1a7f37",
     "up to date": "#0969da",
@@ -41,9 +29,9 @@ STATUS_COLOR = {
 }
 
 
-def headline(rows: list[dict]) -> str:
+def headline(rows: list[ModelRow]) -> str:
     n = len(rows)
-    ok = sum(r["status"] == "passed" for r in rows)
+    ok = sum(r.passed for r in rows)
     pct = 100.0 * ok / n if n else 0.0
     return f"{ok}/{n} models passed ({pct:.1f}%)"
 
@@ -63,9 +51,9 @@ def _reason(text: str, limit: int = 200) -> str:
 
 def _limits(data: dict) -> str:
     """The limits the models ran under (each model's own, when the zoo file sets them)."""
-    rows = data["models"]
-    timeouts = sorted({r["timeout_s"] for r in rows if r.get("timeout_s")})
-    mems = sorted({r.get("max_memory_mb") or 0 for r in rows if "timeout_s" in r})
+    rows = [ModelRow.from_dict(r) for r in data["models"]]
+    timeouts = sorted({r.timeout_s for r in rows if r.timeout_s})
+    mems = sorted({r.max_memory_mb or 0 for r in rows if r.timeout_s is not None})
     t = "timeout " + ("/".join(f"{v:g}" for v in timeouts) + " s" if timeouts else f"{data['timeout']:g} s")
     m = (
         "no memory limit"
@@ -75,27 +63,20 @@ def _limits(data: dict) -> str:
     return f"per model: {t}, {m}"
 
 
-def cells(row: dict) -> list[str]:
-    status = row["status"] + (" (cached)" if row.get("cached") else "")
+def cells(row: ModelRow | dict) -> list[str]:
+    if isinstance(row, dict):
+        row = ModelRow.from_dict(row)
     return [
-        row["name"],
-        status,
-        *(row["stages"].get(s, "not run") for s in stage_names()),
-        _num(row.get("worst_rel_error"), ".2e"),
-        _num(row.get("min_cosine"), ".7f"),
-        _num(row.get("task_agreement"), ".4f"),  # the worst stage's, as `verify` prints it
-        _num(row.get("onnx_nodes"), "d"),
-        _num(row.get("conv2d_bn_act"), "d"),
-        _num(row.get("batchnorm_folded"), "d"),
-        _num(row.get("convert_s"), ".1f"),
-        _num(row.get("latency_ms"), ".2f"),
-        _num(row.get("peak_rss_mb"), ".0f"),
-        _reason(row.get("reason", "")),
+        row.name,
+        row.status + (" (cached)" if row.cached else ""),
+        *(row.stages.get(s, "not run") for s in stage_names()),
+        *(_num(getattr(row, attr), spec) for _, attr, spec in METRIC_COLUMNS),
+        _reason(row.reason),
     ]
 
 
-def build(rows: list[dict], meta: dict) -> dict:
-    ok = sum(r["status"] == "passed" for r in rows)
+def build(rows: list[ModelRow], meta: dict) -> dict:
+    ok = sum(r.passed for r in rows)
     return {
         "headline": headline(rows),
         "passed": ok,
@@ -103,7 +84,7 @@ def build(rows: list[dict], meta: dict) -> dict:
         "pass_rate": round(ok / len(rows), 4) if rows else 0.0,
         **meta,
         "versions": framework_versions(),
-        "models": rows,
+        "models": [r.to_dict() for r in rows],
     }
 
 

@@ -1,0 +1,63 @@
+"""A zoo model's result: one typed row, made by the launcher, kept as the run folder's
+``zoo-result.json``, shown by the progress display and rendered by the summaries.
+
+``COLUMNS`` says which fields the summary tables show and how: adding a column is one line there
+(plus the field, and where ``launch.build_row`` reads it from the stage records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+
+@dataclass
+class ModelRow:
+    name: str
+    status: str  # passed | failed | crashed | timeout | oom
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> its status
+    reason: str = ""
+    worst_rel_error: float | None = None  # over all stages, against PyTorch
+    min_cosine: float | None = None
+    task_agreement: float | None = None  # the recipe task's check (e.g. detection agreement), worst stage
+    onnx_nodes: int | None = None
+    conv2d_bn_act: int | None = None
+    batchnorm_folded: int | None = None
+    convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
+    latency_ms: float | None = None  # the compiled network's median
+    peak_rss_mb: float | None = None  # the worker process's
+    wall_s: float | None = None
+    timeout_s: float | None = None
+    max_memory_mb: float | None = None
+    cached: bool = False
+    exit_code: int | None = None
+    run_dir: str | None = None
+    log: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> ModelRow | None:
+        """A row read back from JSON (fields this version does not know are dropped)."""
+        if not data:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# The summary tables' metric columns after model, status and the stages: (header, field, format).
+COLUMNS: list[tuple[str, str, str]] = [
+    ("max rel err", "worst_rel_error", ".2e"),
+    ("min cosine", "min_cosine", ".7f"),
+    ("task agreement", "task_agreement", ".4f"),  # as `verify` prints it
+    ("ONNX nodes", "onnx_nodes", "d"),
+    ("Conv2dBnAct", "conv2d_bn_act", "d"),
+    ("BN folded", "batchnorm_folded", "d"),
+    ("convert s", "convert_s", ".1f"),
+    ("latency ms", "latency_ms", ".2f"),
+    ("peak RSS MB", "peak_rss_mb", ".0f"),
+]
