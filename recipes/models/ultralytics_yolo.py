@@ -12,9 +12,11 @@ own ONNX export returns and what the numpy postprocess expects:
 
 Random weights with random BatchNorm statistics make activations grow layer after layer until
 the head's outputs are meaningless. The BatchNorm statistics are therefore *calibrated*: seeded
-affine parameters (so the checks exercise them), then a few forward passes in training mode over
-seeded image-like inputs with ``momentum=None`` (a cumulative average of the batch statistics),
-then eval mode. The outputs then stay in the range a trained model's do. Recipes using this set
+affine parameters (so the checks exercise them), then one forward pass in training mode over
+letterboxed photos that scikit-image ships (other photos than the recipes check on), with
+``momentum=None`` so that the running statistics become the batch's, then eval mode; the last
+class and box convolutions are rescaled so that scores spread over (0, 1) instead of saturating.
+The outputs then stay in the range a trained model's do. Recipes using this set
 ``model.randomize_norm: false`` so that torch2ms keeps these statistics.
 """
 
@@ -23,37 +25,35 @@ from __future__ import annotations
 import os
 
 
-def yolo(cfg: str = "yolov8n.yaml", imgsz: int = 640, calibrate: int = 4, seed: int = 0):
+def yolo(cfg: str = "yolov8n.yaml", imgsz: int = 640, seed: int = 0):
     os.environ.setdefault("YOLO_OFFLINE", "1")
-    import torch
     from ultralytics import YOLO
 
     model = YOLO(cfg).model
-    calibrate_norm(model, imgsz, passes=calibrate, seed=seed)
+    calibrate_norm(model, imgsz, seed=seed)
     model.model[-1].export = True  # return the decoded head (and prototypes), not the training dict
-    return model.eval().float().requires_grad_(False) if isinstance(model, torch.nn.Module) else model
+    return model.eval().requires_grad_(False)
 
 
-def calibrate_norm(model, imgsz: int, passes: int = 1, seed: int = 0) -> int:
-    """Seeded BatchNorm affine parameters, then running statistics measured on seeded inputs."""
+def calibrate_norm(model, imgsz: int, seed: int = 0) -> int:
+    """Seeded BatchNorm affine parameters, running statistics measured on photos, head rescaled."""
     import torch
 
     g = torch.Generator().manual_seed(seed + 1)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    images = calibration_images(imgsz)
     with torch.no_grad():
         for m in norms:
             m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.bias.copy_(torch.rand(m.num_features, generator=g) * 0.4 - 0.2)
             m.reset_running_stats()
-            m.momentum = None  # cumulative average over the calibration passes
+            m.momentum = None  # a cumulative average: one pass over the batch gives its statistics
         model.train()
-        images = calibration_images(imgsz)
-        for _ in range(passes):
-            model(images)
+        model(images)
         for m in norms:
             m.momentum = 0.03
         model.eval()
-        scale_head(model, images)
+    scale_head(model, images)
     return len(norms)
 
 

@@ -328,7 +328,9 @@ MIN_BOXES = 10
 
 
 def choose_conf(head: np.ndarray, params: dict) -> tuple[float, int, float]:
-    """(conf, detections PyTorch keeps at it, relative score gap at the threshold) for one image's head."""
+    """(conf, detections kept at it, relative score gap there) for one image's head: greedy NMS keeps at ``c``
+    exactly the detections it keeps at 0 that score above ``c``; of their sorted scores ``s_1 >= s_2 >= ...``,
+    take the ``k`` in [MIN_BOXES, max_det] with the widest relative gap, ``conf = (s_k + s_k+1) / 2``."""
     every = non_max_suppression(
         head,
         conf=0.0,
