@@ -129,10 +129,10 @@ class _Unsupported(nn.Module):
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x):
-        grid = torch.zeros(1, 8, 8, 2)
-        y = nn.functional.grid_sample(self.conv(x), grid, align_corners=False)
-        y = nn.functional.grid_sample(y, grid, align_corners=True)
-        return torch.cumsum(y, dim=1)
+        """Two NonZeros and a Unique: ops whose output shape depends on the data, which torch2ms refuses."""
+        y = self.conv(x)
+        above, below = torch.nonzero(y > 0), torch.nonzero(y < 0)
+        return above.float().sum(), below.float().sum(), torch.unique(y.round()).sum()
 
 
 def unsupported_ops():
@@ -500,33 +500,22 @@ def test_opset_bounds_are_accepted(tmp_path):
 
 
 def test_unsupported_ops_are_all_listed_grouped_by_op(tmp_path):
+    from test_check import unsupported_model
+
     from torch2ms.conversion import convert_graph
 
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    grid = helper.make_tensor("grid", TensorProto.FLOAT, [1, 8, 8, 2], np.zeros(128, np.float32))
-    axis = helper.make_tensor("axis", TensorProto.INT64, [], [1])
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
-    nodes = [
-        helper.make_node("GridSample", ["x", "grid"], ["g1"], name="/head/GridSample"),
-        helper.make_node("GridSample", ["g1", "grid"], ["g2"], name="/head/GridSample_1"),
-        helper.make_node("Resize", ["g2", "", "scales"], ["r"], name="/up/Resize", mode="cubic"),
-        helper.make_node("CumSum", ["r", "axis"], ["c"], name="/tail/CumSum"),
-        helper.make_node("Relu", ["c"], ["y"], name="/tail/Relu"),
-    ]
-    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[grid, axis, scales])
     path = tmp_path / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    g = load_onnx(path)
+    onnx.save(unsupported_model(), path)
+    g = load_onnx(path, {"w": (4, 3, 3, 3)})
     with pytest.raises(UnsupportedOpsError) as info:
         convert_graph(g, "Net", "model.onnx", "0" * 64, "net")
     msg = str(info.value)
     assert info.value.exit_code == EXIT_USAGE
-    assert msg.startswith("3 op types in model.onnx (opset 17) cannot be converted:"), msg
-    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /head/GridSample\n", msg), msg
-    assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /tail/CumSum", msg), msg
-    assert re.search(r"Resize\s+x1\s+mode='cubic' not supported\s+first node: /up/Resize", msg), msg
-    assert {p.op_type for p in info.value.problems} == {"GridSample", "Resize", "CumSum"}
+    assert msg.startswith("4 op types in model.onnx (opset 17) cannot be converted:"), msg
+    assert re.search(r"com\.microsoft\.Gelu\s+x2\s+no converter\s+first node: /head/Gelu\n", msg), msg
+    assert re.search(r"NonZero\s+x2\s+refused: .*first node: /mask/NonZero\n", msg), msg
+    assert re.search(r"Conv\s+x1\s+weight \(input 1\) must be a constant\s+first node: /dyn/Conv", msg), msg
+    assert {p.op_type for p in info.value.problems} == {"com.microsoft.Gelu", "NonZero", "Unique", "Conv"}
     assert "torch2ms ops" in msg  # the hint: where to see what is supported
 
 
@@ -540,7 +529,7 @@ def test_unsupported_ops_in_the_rebuild_stage_abort_it_cleanly(tmp_path):
         run_until(path, until="rebuild")
     msg = str(info.value)
     assert "2 op types in model.onnx (opset 17) cannot be converted" in msg
-    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /GridSample", msg) and "CumSum" in msg, msg
+    assert re.search(r"NonZero\s+x2\s+refused: its output shape depends on the data", msg) and "Unique" in msg, msg
     root = tmp_path / "runs" / "tiny"
     assert json.loads((root / "export" / "stage.json").read_text())["status"] == "passed"
     assert_nothing_looks_complete(root, "rebuild")

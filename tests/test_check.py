@@ -30,46 +30,43 @@ def flat(text: str) -> str:
 
 
 def unsupported_model() -> onnx.ModelProto:
-    """Two GridSamples and a CumSum (no converter), a cubic Resize and a 1-D Conv (values the
-    converters refuse), and supported Relu / Conv around them."""
+    """Two com.microsoft Gelus (no converter: another domain), two NonZeros and a Unique (refused:
+    data-dependent output shapes), a Conv whose weight is a runtime input (a value the converter
+    refuses), and a supported Conv before them."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
-    seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [1, 4, 10])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
-    inits = [
-        helper.make_tensor("grid", TensorProto.FLOAT, [1, 8, 8, 2], np.zeros(128, np.float32)),
-        helper.make_tensor("axis", TensorProto.INT64, [], [1]),
-        helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2]),
-        helper.make_tensor("w2", TensorProto.FLOAT, [3, 3, 3, 3], np.ones(81, np.float32)),
-        helper.make_tensor("w1", TensorProto.FLOAT, [4, 4, 3], np.ones(48, np.float32)),
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 3, 3])
+    outs = [
+        helper.make_tensor_value_info(name, elem, None)
+        for name, elem in (("y", TensorProto.FLOAT), ("nz", TensorProto.INT64), ("nz2", TensorProto.INT64))
+        + (("u", TensorProto.FLOAT), ("k", TensorProto.FLOAT))
     ]
+    inits = [helper.make_tensor("w2", TensorProto.FLOAT, [3, 3, 3, 3], np.ones(81, np.float32))]
     nodes = [
         helper.make_node("Conv", ["x", "w2"], ["c0"], name="/stem/Conv", pads=[1, 1, 1, 1]),
-        helper.make_node("GridSample", ["c0", "grid"], ["g1"], name="/head/GridSample"),
-        helper.make_node("GridSample", ["g1", "grid"], ["g2"], name="/head/GridSample_1"),
-        helper.make_node("Resize", ["g2", "", "scales"], ["r"], name="/up/Resize", mode="cubic"),
-        helper.make_node("CumSum", ["r", "axis"], ["c"], name="/tail/CumSum"),
-        helper.make_node("Relu", ["c"], ["y"], name="/tail/Relu"),
-        helper.make_node("Conv", ["seq", "w1"], ["z"], name="/seq/Conv", pads=[1, 1]),
+        helper.make_node("Gelu", ["c0"], ["g1"], name="/head/Gelu", domain="com.microsoft"),
+        helper.make_node("Gelu", ["g1"], ["y"], name="/head/Gelu_1", domain="com.microsoft"),
+        helper.make_node("NonZero", ["c0"], ["nz"], name="/mask/NonZero"),
+        helper.make_node("NonZero", ["x"], ["nz2"], name="/mask/NonZero_1"),
+        helper.make_node("Unique", ["x"], ["u"], name="/vals/Unique"),
+        helper.make_node("Conv", ["x", "w"], ["k"], name="/dyn/Conv"),
     ]
-    graph = helper.make_graph(nodes, "g", [x, seq], [y, z], initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    graph = helper.make_graph(nodes, "g", [x, w], outs, initializer=inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
 
 
 def test_every_unsupported_op_and_value_is_reported_grouped(tmp_path, capsys):
     path = tmp_path / "model.onnx"
     onnx.save(unsupported_model(), path)
-    assert run_cli("check", str(path)) == EXIT_USAGE
+    assert run_cli("check", str(path), "--shape", "w=4,3,3,3") == EXIT_USAGE
     captured = capsys.readouterr()
     msg = captured.err
     assert f"error: 4 op types in {path} (opset 17) cannot be converted:" in flat(msg)
-    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /head/GridSample\n", msg), msg
-    assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /tail/CumSum\n", msg), msg
-    assert re.search(r"Resize\s+x1\s+mode='cubic' not supported\s+first node: /up/Resize\n", msg), msg
-    assert re.search(
-        r"Conv\s+x1\s+only 2-D convolution is supported \(input rank 3\)\s+first node: /seq/Conv\n", msg
-    ), msg
-    assert "/stem/Conv" not in msg and "Relu" not in msg  # the supported nodes are not listed
+    assert re.search(r"com\.microsoft\.Gelu\s+x2\s+no converter\s+first node: /head/Gelu\n", msg), msg
+    assert re.search(r"NonZero\s+x2\s+refused: its output shape depends on the data.*first node: /mask/NonZero\n", msg)
+    assert re.search(r"Unique\s+x1\s+refused: its output shape depends on the data.*first node: /vals/Unique\n", msg)
+    assert re.search(r"Conv\s+x1\s+weight \(input 1\) must be a constant\s+first node: /dyn/Conv\n", msg), msg
+    assert "/stem/Conv" not in msg  # the supported node is not listed
     assert "hint: see `torch2ms ops` for the supported operators" in msg
     assert "OK" not in captured.out
 
@@ -154,8 +151,8 @@ def test_recipe_with_unsupported_ops(tmp_path, capsys):
     assert run_cli("check", "--recipe", str(recipe)) == EXIT_USAGE
     msg = capsys.readouterr().err
     assert "2 op types in" in msg and "model.onnx (opset 17) cannot be converted" in flat(msg)
-    assert re.search(r"GridSample\s+x2\s+no converter\s+first node: /GridSample\n", msg), msg
-    assert re.search(r"CumSum\s+x1\s+no converter\s+first node: /CumSum", msg), msg
+    assert re.search(r"NonZero\s+x2\s+refused: its output shape depends on the data", msg), msg
+    assert re.search(r"Unique\s+x1\s+refused: its output shape depends on the data", msg), msg
 
 
 @pytest.mark.parametrize(

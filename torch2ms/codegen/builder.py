@@ -78,6 +78,7 @@ class CodeBuilder:
         self.params: dict[str, np.ndarray] = {}
         self.statements: list[Statement] = []
         self.var_of: dict[str, str] = {}
+        self.definitions: dict[str, str] = {}  # module-level helpers (Emitter.define), in order
         for name in graph.inputs:
             self.var_of[name] = self.var_names(name)
 
@@ -102,6 +103,11 @@ class CodeBuilder:
 
     def tensor(self, array: np.ndarray, hint: str) -> str:
         return f"self.{self.tensor_attr(array, hint)}"
+
+    def define(self, name: str, source: str) -> str:
+        if self.definitions.setdefault(name, source) != source:
+            raise ValueError(f"two different definitions of {name!r} in the generated code")
+        return name
 
     def var_for(self, node: Node, emitter: Emitter, j: int) -> str:
         if emitter.layer_name and j == 0:
@@ -167,6 +173,8 @@ class CodeBuilder:
             "",
             "",
         ]
+        for source in self.definitions.values():
+            out += [*source.strip("\n").splitlines(), "", ""]
         out += [
             f"class {self.class_name}(nn.Cell):",
             f'    """Generated from {self.graph.name!r}; see the module docstring."""',

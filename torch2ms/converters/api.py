@@ -132,6 +132,7 @@ class Sink(Protocol):
     def const_expr(self, value: Value) -> str: ...
     def add_layer(self, node: Node, callee: str, args: tuple, kwargs: dict, params: dict[str, np.ndarray]) -> str: ...
     def tensor(self, array: np.ndarray, hint: str) -> str: ...
+    def define(self, name: str, source: str) -> str: ...
 
 
 class DrySink:
@@ -149,10 +150,14 @@ class DrySink:
     def tensor(self, array: np.ndarray, hint: str) -> str:
         return "self.t"
 
+    def define(self, name: str, source: str) -> str:
+        return name
+
 
 class Emitter:
     """What a converter sees of one node: its inputs as expressions, shapes, dtypes, constants,
-    and ``layer()`` / ``tensor()`` to declare what ``__init__`` must create."""
+    ``layer()`` / ``tensor()`` to declare what ``__init__`` must create, and ``define()`` for a
+    module-level helper the expression calls."""
 
     def __init__(self, graph: Graph, node: Node, sink: Sink | None = None):
         self.graph = graph
@@ -234,3 +239,9 @@ class Emitter:
     def tensor(self, array: np.ndarray, hint: str) -> str:
         """A constant tensor stored in the checkpoint; returns its ``self.<name>`` expression."""
         return self.sink.tensor(np.asarray(array), hint)
+
+    def define(self, name: str, source: str) -> str:
+        """Module-level ``source`` (a helper ``nn.Cell`` or function called ``name``) written once
+        above the network class, for an op that is a loop rather than one call (the recurrent
+        layers); returns ``name``, e.g. for ``layer()``. Define a base class before its subclass."""
+        return self.sink.define(name, source)

@@ -115,5 +115,6 @@ def analyse(graph: Graph) -> list[Problem]:
     for node in graph.nodes:
         reason = problem_of(graph, node)
         if reason:
-            problems.append(Problem(node.op_type, node.name, reason))
+            op = node.op_type if _domain(node.domain) == "" else f"{node.domain}.{node.op_type}"
+            problems.append(Problem(op, node.name, reason))
     return problems
