@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from torch2ms.errors import RecipeError
 
@@ -46,11 +46,20 @@ class ModelSpec(_Strict):
         return v
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+SKIMAGE_PREFIX = "skimage:"
+
+
 class InputSpec(_Strict):
     name: str = "input"
     shape: tuple[int, ...]
     dtype: Literal["float32"] = "float32"
-    data: str | None = Field(default=None, description=".npy file with sample data of this shape")
+    data: str | tuple[str, ...] | None = Field(
+        default=None,
+        description="sample data, one entry per sample from sample 0 on: a .npy of this shape, an image file "
+        "(preprocessed like the bundle's infer.py does) or 'skimage:<name>' (a photo scikit-image ships, e.g. "
+        "skimage:astronaut)",
+    )
 
     @field_validator("shape")
     @classmethod
@@ -58,6 +67,22 @@ class InputSpec(_Strict):
         if not v or any(d <= 0 for d in v):
             raise ValueError(f"every dimension must be a positive integer, got {list(v)}")
         return v
+
+    @field_validator("data")
+    @classmethod
+    def _data_kind(cls, v):
+        for entry in (v,) if isinstance(v, str) else v or ():
+            if entry.startswith(SKIMAGE_PREFIX):
+                if not entry[len(SKIMAGE_PREFIX) :].isidentifier():
+                    raise ValueError(f"{entry!r}: expected 'skimage:<name>', e.g. 'skimage:astronaut'")
+            elif not entry.lower().endswith((".npy", *IMAGE_SUFFIXES)):
+                raise ValueError(
+                    f"{entry!r}: expected a .npy file, an image ({', '.join(IMAGE_SUFFIXES)}) or 'skimage:<name>'"
+                )
+        return v
+
+    def data_sources(self) -> tuple[str, ...]:
+        return (self.data,) if isinstance(self.data, str) else tuple(self.data or ())
 
 
 class CheckSpec(_Strict):
@@ -113,6 +138,68 @@ class PreprocessSpec(_Strict):
     scale: float = Field(default=1 / 255, gt=0)
 
 
+class MasksSpec(_Strict):
+    """Instance masks (YOLO -seg): mask coefficients after the class scores, prototypes as a second output."""
+
+    coefficients: int = Field(default=32, ge=1, description="mask coefficients per anchor (channels after the classes)")
+    prototypes: str | None = Field(
+        default=None, description="the prototypes output [1, coefficients, H/4, W/4] (default: the second output)"
+    )
+
+
+class KeypointsSpec(_Strict):
+    """Keypoints (YOLO -pose): keypoints x, y (and visibility) per anchor after the class scores."""
+
+    shape: tuple[int, int] = Field(default=(17, 3), description="[keypoints, 2 or 3 values each]")
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if v[0] < 1 or v[1] not in (2, 3):
+            raise ValueError(f"expected [keypoints >= 1, 2 or 3], got {list(v)}")
+        return v
+
+
+class PostprocessSpec(_Strict):
+    """What turns the raw head into detections. The NMS runs on the host (torch2ms.postprocess.yolo), in the
+    checks and in the bundle alike: the exported model ends at the head."""
+
+    format: Literal["yolo"] = Field(
+        description="yolo: Ultralytics anchor-free heads (v8/v9/11/12), raw head [1, 4 + nc + extra, anchors], "
+        "boxes xywh in input pixels, class probabilities; letterboxed input (grey 114)"
+    )
+    kind: Literal["detect", "segment", "pose", "obb"] = "detect"
+    output: str | None = Field(default=None, description="the head output (default: the first)")
+    nc: int = Field(ge=1, description="number of classes")
+    class_names: tuple[str, ...] | None = None
+    conf: float = Field(default=0.25, ge=0, le=1, description="confidence threshold (bundle inference)")
+    iou: float = Field(default=0.7, ge=0, le=1, description="NMS IoU threshold")
+    max_det: int = Field(default=300, ge=1, description="detections kept per image")
+    agnostic: bool = Field(default=False, description="NMS across classes instead of per class")
+    masks: MasksSpec | None = Field(default=None, description="kind segment (default: 32 coefficients)")
+    keypoints: KeypointsSpec | None = Field(default=None, description="kind pose (default: [17, 3])")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.class_names is not None and len(self.class_names) != self.nc:
+            raise ValueError(f"class_names has {len(self.class_names)} entries, nc is {self.nc}")
+        if self.masks is not None and self.kind != "segment":
+            raise ValueError(f"masks is only for kind: segment (kind is {self.kind!r})")
+        if self.keypoints is not None and self.kind != "pose":
+            raise ValueError(f"keypoints is only for kind: pose (kind is {self.kind!r})")
+        return self
+
+    @property
+    def extra(self) -> int:
+        """Channels after the class scores: mask coefficients, keypoint values or the angle."""
+        if self.kind == "segment":
+            return (self.masks or MasksSpec()).coefficients
+        if self.kind == "pose":
+            k, d = (self.keypoints or KeypointsSpec()).shape
+            return k * d
+        return 1 if self.kind == "obb" else 0
+
+
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     task: Literal["classification", "segmentation", "detection", "other"] = "other"
@@ -126,13 +213,40 @@ class Recipe(_Strict):
     mindir: MindirSpec = MindirSpec()
     preprocess: PreprocessSpec = PreprocessSpec()
     class_names: tuple[str, ...] | None = None
+    postprocess: PostprocessSpec | None = None
     output: str = "runs"
     # Where the recipe file lives: relative paths in it are resolved against this folder.
     base_dir: str = Field(default=".", exclude=True)
 
+    @model_validator(mode="after")
+    def _task_postprocess(self):
+        if self.task == "detection" and self.postprocess is None:
+            raise ValueError("task: detection needs a postprocess section (format, nc, ...)")
+        if self.postprocess is not None and self.task != "detection":
+            raise ValueError(f"postprocess is for task: detection (task is {self.task!r})")
+        if self.task == "detection" and self.class_names is not None:
+            raise ValueError("task: detection takes its class names in postprocess.class_names")
+        return self
+
     def resolve(self, path: str) -> Path:
         p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def resolve_data(self, entry: str) -> Path:
+        """The file an ``inputs[].data`` entry names ('skimage:<name>': the photo in scikit-image's data folder)."""
+        if not entry.startswith(SKIMAGE_PREFIX):
+            return self.resolve(entry)
+        try:
+            import skimage.data
+        except ImportError:
+            raise RecipeError(f"{entry}: scikit-image is not installed", hint="pip install scikit-image") from None
+        folder = Path(skimage.data.__file__).parent
+        name = entry[len(SKIMAGE_PREFIX) :]
+        found = sorted(p for p in folder.iterdir() if p.stem == name and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not found:
+            shipped = sorted(p.stem for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            raise RecipeError(f"{entry}: scikit-image ships no photo {name!r}", hint=f"one of: {', '.join(shipped)}")
+        return found[0]
 
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()

@@ -158,6 +158,7 @@ def _print_table(data: dict) -> None:
         "stages",
         "rel err",
         "cosine",
+        "task",
         "ONNX",
         "C2dBnAct",
         "BN fold",

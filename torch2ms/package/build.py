@@ -124,17 +124,22 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         )
         aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed float32 NCHW tensors."
     post = manifest["postprocess"]
-    post_text = {
-        "classification": (
-            f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the "
-            f"top-{post.get('top_k')} classes after softmax (.json)."
-        ),
-        "segmentation": (
-            f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
-            "PNG mask (argmax over classes) and the classes present (.json)."
-        ),
-        "none": f"Output `{post['output']}`: written as .npy by infer.py.",
-    }[post["kind"]]
+    if post["kind"] == "detection":
+        from torch2ms.package import detection
+
+        pre_text, post_text = detection.readme_texts(manifest)
+    else:
+        post_text = {
+            "classification": (
+                f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the "
+                f"top-{post.get('top_k')} classes after softmax (.json)."
+            ),
+            "segmentation": (
+                f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
+                "PNG mask (argmax over classes) and the classes present (.json)."
+            ),
+            "none": f"Output `{post['output']}`: written as .npy by infer.py.",
+        }[post["kind"]]
     shape = recipe.inputs[0].shape
     return Template((TEMPLATES / "README.md").read_text()).substitute(
         name=recipe.name,
@@ -234,6 +239,11 @@ def build_bundle(
             "'bgr'), HWC -> NCHW"
         ),
     }
+    detecting = recipe.task == "detection"
+    if detecting:
+        from torch2ms.package import detection
+
+        preprocess.update(detection.preprocess(recipe))
     tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
     log("scanning the model for the target and measuring the fp16 error budget")
     report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
@@ -248,9 +258,13 @@ def build_bundle(
         "model/model.onnx": onnx_path,
         "samples/reference.npz": ref_path,
         "infer.py": (TEMPLATES / "infer.py").read_bytes(),
-        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(target, recipe.name, inputs, precision).encode(),
+        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
+            target, recipe.name, inputs, precision, fp32_outputs=detecting
+        ).encode(),
         f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision).encode(),
-        f"{tdir}/atc.sh": targets.atc_sh(target, recipe.name, inputs, precision, with_aipp=is_image).encode(),
+        f"{tdir}/atc.sh": targets.atc_sh(
+            target, recipe.name, inputs, precision, with_aipp=is_image, fp32_outputs=detecting
+        ).encode(),
         "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
     }
@@ -268,7 +282,9 @@ def build_bundle(
         "inputs": inputs,
         "outputs": outputs,
         "preprocess": preprocess,
-        "postprocess": postprocess_spec(recipe, out_names[0], tuple(outputs[0]["shape"])),
+        "postprocess": detection.manifest_postprocess(recipe, outputs, records)
+        if detecting
+        else postprocess_spec(recipe, out_names[0], tuple(outputs[0]["shape"])),
         "tolerance": tolerance,
         "stages": stage_figures(records),
         "versions": mindir_versions,
@@ -278,6 +294,9 @@ def build_bundle(
         "aipp_check": report.get("aipp"),
         "files": {},
     }
+    if detecting:
+        files.update(detection.bundle_files())
+        files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()
     files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())

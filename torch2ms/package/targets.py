@@ -71,7 +71,11 @@ def converter_lite_cfg(precision: str) -> str:
     return f"[ascend_context]\ninput_format=NCHW\nprecision_mode={mode}\n"
 
 
-def converter_lite_sh(target: Target, model_name: str, inputs: list[dict], precision: str) -> str:
+def converter_lite_sh(
+    target: Target, model_name: str, inputs: list[dict], precision: str, fp32_outputs: bool = False
+) -> str:
+    # detection heads go to a host postprocess that was checked on float32 (box pixels, nearly equal scores)
+    out_type = " \\\n  --outputDataType=FLOAT32" if fp32_outputs else ""
     return f"""#!/bin/sh
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
 # Run on the board (or a host with the Ascend CANN toolkit and the MindSpore Lite cloud-inference
@@ -87,14 +91,17 @@ CONVERTER=${{CONVERTER_LITE:-converter_lite}}
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
   --inputShape="{_shapes(inputs, ",")}" \\
-  --configFile="$HERE/converter_lite.cfg"
+  --configFile="$HERE/converter_lite.cfg"{out_type}
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with:"
 echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
 
 
-def atc_sh(target: Target, model_name: str, inputs: list[dict], precision: str, with_aipp: bool) -> str:
-    aipp_opt = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
+def atc_sh(
+    target: Target, model_name: str, inputs: list[dict], precision: str, with_aipp: bool, fp32_outputs: bool = False
+) -> str:
+    flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
+    flags += " \\\n  --output_type=FP32" if fp32_outputs else ""  # the host postprocess was checked on float32
     note = (
         "# With AIPP the OM model takes NHWC uint8 RGB images of the model's input size; the\n"
         "# normalisation of the recipe happens on the NPU (aipp.cfg). Resize on the host first.\n"
@@ -123,7 +130,7 @@ atc --framework=5 \\
   --input_format=NCHW \\
   --input_shape="{_shapes(inputs, ",")}" \\
   --soc_version="$SOC" \\
-  --precision_mode={PRECISION[precision][1]}{aipp_opt}
+  --precision_mode={PRECISION[precision][1]}{flags}
 echo "wrote $BUNDLE/model/{model_name}.om"
 """
 

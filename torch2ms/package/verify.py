@@ -86,7 +86,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
     if task is not None:
         log(f"task: {task_summary(task)}")
     if violation:
-        bad.append(violation)
+        bad.append(violation + "".join(f"\n  {note}" for note in task.get("notes", [])))
     if bad:
         raise CheckFailed(
             f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",

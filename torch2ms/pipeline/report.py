@@ -10,7 +10,14 @@ from torch2ms.runtime import cpu_choice
 
 COLUMNS = ("stage", "status", "seconds", "max abs err", "max rel err", "cosine", "task", "notes")
 # Task figures shown beside the gated agreement (key in TaskResult.figures -> label).
-TASK_FIGURES = {"top5_overlap": "top-5 overlap", "miou": "mIoU"}
+# Figures a task result may carry, shown after its gated agreement (ratios with 4 digits, counts whole).
+TASK_FIGURES = {
+    "top5_overlap": "top-5 overlap",
+    "miou": "mIoU",
+    "matched": "PyTorch detections matched",
+    "detections": "of",
+    "extra": "extra",
+}
 
 
 def task_summary(task: dict | None, digits: int = 4) -> str:
@@ -20,7 +27,10 @@ def task_summary(task: dict | None, digits: int = 4) -> str:
         return "-"
     figures = task.get("figures", {})
     parts = [f"{task['metric']} {task['agreement']:.{digits}f}"]
-    parts += [f"{label} {figures[key]:.{digits}f}" for key, label in TASK_FIGURES.items() if key in figures]
+    for key, label in TASK_FIGURES.items():
+        if key in figures:
+            value = figures[key]
+            parts.append(f"{label} {value}" if isinstance(value, int) else f"{label} {value:.{digits}f}")
     return ", ".join(parts)
 
 

@@ -61,6 +61,8 @@ class Stage:
         }
         if self.section:
             common[self.section] = getattr(recipe, self.section).model_dump(mode="json")
+        if recipe.postprocess is not None:  # the task check (detection) of every stage depends on it
+            common["postprocess"] = recipe.postprocess.model_dump(mode="json")
         return common
 
     def notes(self, record: dict) -> str:

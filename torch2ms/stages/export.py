@@ -25,8 +25,9 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
     for k in range(recipe.check.samples):
         sample = {}
         for spec in recipe.inputs:
-            if spec.data and k == 0:
-                arr = _load_sample(recipe.resolve(spec.data), spec)
+            sources = spec.data_sources()
+            if k < len(sources):
+                arr = _load_sample(recipe, sources[k], spec)
             else:
                 arr = rng.standard_normal(spec.shape).astype(np.float32)
             sample[spec.name] = arr
@@ -34,7 +35,12 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
     return samples
 
 
-def _load_sample(path: Path, spec) -> np.ndarray:
+def _load_sample(recipe, entry: str, spec) -> np.ndarray:
+    path = recipe.resolve_data(entry)
+    if not entry.endswith(".npy"):
+        from torch2ms.postprocess.image import image_sample
+
+        return image_sample(path, spec.shape, recipe, f"inputs.{spec.name}.data")
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
@@ -64,8 +70,19 @@ class ExportStage(Stage):
             model["factory_source_sha256"] = source
         if recipe.model.checkpoint:
             model["checkpoint_sha256"] = _existing_file_sha256(recipe, recipe.model.checkpoint, "model.checkpoint")
-        data = {i.name: _existing_file_sha256(recipe, i.data, f"inputs.{i.name}.data") for i in recipe.inputs if i.data}
-        return {**super().config(recipe), "model": model, **({"inputs_data_sha256": data} if data else {})}
+        data = {}
+        for i in recipe.inputs:
+            hashes = [_existing_file_sha256(recipe, e, f"inputs.{i.name}.data") for e in i.data_sources()]
+            if hashes:
+                data[i.name] = hashes[0] if isinstance(i.data, str) else hashes
+        # photos become sample tensors through the preprocessing (and the letterbox of a yolo postprocess)
+        images = any(not e.endswith(".npy") for i in recipe.inputs for e in i.data_sources())
+        return {
+            **super().config(recipe),
+            "model": model,
+            **({"inputs_data_sha256": data} if data else {}),
+            **({"preprocess": recipe.preprocess.model_dump(mode="json")} if images else {}),
+        }
 
     def notes(self, record: dict) -> str:
         c, e = record.get("counts", {}), record.get("extra", {})
@@ -189,7 +206,7 @@ def activation_range(model):
 
 
 def _existing_file_sha256(recipe, path: str, field: str) -> str:
-    resolved = recipe.resolve(path)
+    resolved = recipe.resolve_data(path)
     if not resolved.is_file():
         raise RecipeError(
             f"{field}: {resolved}: file not found",

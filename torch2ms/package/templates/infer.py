@@ -8,10 +8,16 @@ It does not need torch2ms or torch.
     python3 infer.py IMAGE.jpg [--out prediction]     # writes prediction.npy + prediction.json (+ prediction.png)
     python3 infer.py INPUT.npy                        # a float32 NCHW tensor, used as is
     python3 infer.py --self-check                     # samples/reference.npz vs PyTorch's outputs
+    python3 infer.py photo.jpg [--conf 0.25]          # detection bundles: detections.json + detections.png
 
 Preprocessing (manifest "preprocess"): convert to RGB, resize to the input's HxW with Pillow's
 BILINEAR filter (antialiased when shrinking), float32, reverse the channels for a "bgr" model,
 ``x = (pixel * scale - mean) / std`` per channel, HWC -> NCHW with a batch of 1.
+
+Detection bundles (manifest "postprocess" kind "detection") letterbox instead of resizing and run
+NMS on the host with ``postprocess.py`` (numpy; OpenCV's resize when ``cv2`` is importable). They
+write the detections in the original image's pixels (``.json``) and the image with them drawn
+(``.png``); ``--self-check`` also compares the detections on the samples with PyTorch's.
 """
 
 from __future__ import annotations
@@ -134,7 +140,146 @@ def self_check(model: Model, manifest: dict, rtol: float | None) -> bool:
             f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), "
             f"cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]"
         )
+    if manifest["postprocess"]["kind"] == "detection":
+        ok &= self_check_detections([dict(zip(outs, g)) for g in got], arrays, outs, manifest)
     return ok
+
+
+def self_check_detections(got: list[dict], arrays: dict, outs: list[str], manifest: dict) -> bool:
+    """The samples' detections against those of PyTorch's outputs, at the confidence the checks chose."""
+    pp = _postprocess()
+    params = manifest["postprocess"]["yolo"]
+    total = matched = extra = 0
+    problems = []
+    for s, out in enumerate(got):
+        ref = {k: arrays[f"output.{k}"][s] for k in outs}
+        conf = pp.choose_conf(ref[params["output"]], params)[0]
+        want, have = pp.detect(ref, params, conf)[0], pp.detect(out, params, conf)[0]
+        pairs, missing, extras, _ = pp.match_detections(want, have, params["kind"])
+        total, matched, extra = total + len(want["boxes"]), matched + len(pairs), extra + len(extras)
+        problems += [
+            f"sample {s}: PyTorch's box {want['boxes'][i].round(1).tolist()} not matched ({why})" for i, why in missing
+        ]
+        problems += [f"sample {s}: extra box {have['boxes'][j].round(1).tolist()}" for j in extras]
+    good = matched == total and not extra
+    print(
+        f"{'ok  ' if good else 'FAIL'} detections: {matched}/{total} of PyTorch's matched "
+        f"(box IoU >= {pp.BOX_IOU}, same class), {extra} extra  [{len(got)} samples]"
+    )
+    for line in problems[:20]:
+        print(f"     {line}")
+    return good
+
+
+def _postprocess():
+    sys.path.insert(0, str(HERE))
+    import postprocess
+
+    return postprocess
+
+
+PALETTE = [
+    (255, 56, 56),
+    (255, 157, 151),
+    (255, 112, 31),
+    (255, 178, 29),
+    (207, 210, 49),
+    (72, 249, 10),
+    (146, 204, 23),
+    (61, 219, 134),
+    (26, 147, 52),
+    (0, 212, 187),
+    (44, 153, 168),
+    (0, 194, 255),
+    (52, 69, 147),
+    (100, 115, 255),
+    (0, 24, 236),
+    (132, 56, 255),
+    (82, 0, 133),
+    (203, 56, 255),
+    (255, 149, 200),
+    (255, 55, 199),
+]
+
+
+def detection_input(image_path: Path, manifest: dict):
+    """(model input, original RGB image, letterbox geometry)."""
+    from PIL import Image
+
+    pp = _postprocess()
+    pre = manifest["preprocess"]
+    rgb = np.asarray(Image.open(image_path).convert("RGB"))
+    boxed, geometry = pp.letterbox(rgb, tuple(pre["size_hw"]), pre["letterbox"]["pad_value"])
+    x = boxed.astype(np.float32)
+    if pre["color"] == "bgr":
+        x = x[:, :, ::-1]
+    x = x / np.float32(1 / pre["scale"])  # as Ultralytics: pixel / 255
+    x = (x - np.asarray(pre["mean"], np.float32)) / np.asarray(pre["std"], np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32), rgb, geometry
+
+
+def detections(outputs: list[np.ndarray], manifest: dict, rgb: np.ndarray, geometry: dict, stem: Path, conf) -> dict:
+    """NMS on the host, detections mapped back to the original image, written as .json and drawn as .png."""
+    from PIL import Image, ImageDraw
+
+    pp = _postprocess()
+    post = manifest["postprocess"]
+    params, names = post["yolo"], post["class_names"]
+    conf = params["conf"] if conf is None else conf
+    det = pp.detect(dict(zip([o["name"] for o in manifest["outputs"]], outputs)), params, conf)[0]
+    shape = rgb.shape[:2]
+    kind = params["kind"]
+    boxes = pp.scale_boxes(det["boxes"], geometry, shape, xywh=kind == "obb")
+    image = Image.fromarray(rgb).convert("RGB")
+    if kind == "segment" and len(boxes):
+        masks = pp.scale_masks(det["masks"], geometry, shape)
+        tint = np.asarray(image, np.float32)
+        for k, m in enumerate(masks):
+            tint[m] = tint[m] * 0.5 + np.asarray(PALETTE[int(det["classes"][k]) % len(PALETTE)], np.float32) * 0.5
+        image = Image.fromarray(tint.astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    width = max(2, round(max(shape) / 300))
+    found = []
+    for k in range(len(boxes)):
+        c, score = int(det["classes"][k]), float(det["scores"][k])
+        color = PALETTE[c % len(PALETTE)]
+        label = f"{names[c] if names else c} {score:.2f}"
+        item = {"class": c, "name": names[c] if names else None, "score": round(score, 6)}
+        if kind == "obb":
+            item["box_xywhr"] = [
+                round(float(v), 2)
+                for v in pp.regularize_rboxes(np.concatenate([boxes[k : k + 1], det["boxes"][k : k + 1, 4:]], 1))[0]
+            ]
+            x, y = item["box_xywhr"][:2]
+            draw.text((x, y), label, fill=color)
+        else:
+            item["box_xyxy"] = [round(float(v), 2) for v in boxes[k]]
+            draw.rectangle(item["box_xyxy"], outline=color, width=width)
+            draw.text((item["box_xyxy"][0] + width, item["box_xyxy"][1] + width), label, fill=color)
+        if kind == "segment":
+            item["mask_pixels"] = int(masks[k].sum())
+        if kind == "pose":
+            kpts = pp.scale_coords(det["keypoints"][k : k + 1, :, :2], geometry, shape)[0]
+            vis = det["keypoints"][k, :, 2] if det["keypoints"].shape[-1] == 3 else np.ones(len(kpts))
+            item["keypoints"] = [
+                [round(float(a), 2), round(float(b), 2), round(float(v), 4)] for (a, b), v in zip(kpts, vis)
+            ]
+            for (a, b), v in zip(kpts, vis):
+                if v >= 0.5:
+                    draw.ellipse([a - width, b - width, a + width, b + width], fill=color)
+        found.append(item)
+    image.save(f"{stem}.png")
+    result = {
+        "model": manifest["model"]["name"],
+        "version": manifest["model"]["version"],
+        "image_size_hw": list(shape),
+        "conf": conf,
+        "iou": params["iou"],
+        "detections": found,
+        "png": f"{stem}.png",
+    }
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -178,7 +323,8 @@ def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("input", nargs="?", help="an image file (jpg/png/...) or a .npy float32 NCHW tensor")
-    p.add_argument("--out", default="prediction", help="output path stem (default: prediction)")
+    p.add_argument("--out", default=None, help="output path stem (default: prediction, detections for detectors)")
+    p.add_argument("--conf", type=float, default=None, help="detection confidence threshold (default: the manifest's)")
     p.add_argument(
         "--model",
         default="model/network.mindir",
@@ -203,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.self_check and not args.input:
         p.error("give an INPUT file or --self-check")
     manifest = load_manifest()
+    detecting = manifest["postprocess"]["kind"] == "detection"
+    out = Path(args.out or ("detections" if detecting else "prediction"))
     model_path = (HERE / args.model) if not Path(args.model).is_absolute() else Path(args.model)
     if not model_path.is_file():
         print(
@@ -234,12 +382,17 @@ def main(argv: list[str] | None = None) -> int:
         if x.shape != want:
             print(f"error: {src} has shape {list(x.shape)}, the model takes {list(want)}", file=sys.stderr)
             return 2
+    elif detecting:
+        x, rgb, geometry = detection_input(src, manifest)
+        result = detections(model([x]), manifest, rgb, geometry, out, args.conf)
+        print(json.dumps({**result, "detections": len(result["detections"])}, indent=2))
+        return 0
     else:
         if not manifest["preprocess"].get("image_input"):
             print("error: this model's input is not a 3-channel image; pass a .npy tensor", file=sys.stderr)
             return 2
         x = preprocess(src, manifest)
-    result = postprocess(model([x]), manifest, Path(args.out))
+    result = postprocess(model([x]), manifest, out)
     print(json.dumps(result, indent=2))
     return 0
 
