@@ -483,18 +483,18 @@ def test_missing_onnx_file(tmp_path):
         load_onnx(tmp_path / "nothere.onnx")
 
 
-@pytest.mark.parametrize("opset", [9, 10, 21])
+@pytest.mark.parametrize("opset", [9, 10])
 def test_opset_outside_supported_range(tmp_path, opset):
     path = tmp_path / "model.onnx"
     onnx.save(_relu_model(opset), path)
     with pytest.raises(OnnxError) as info:
         load_onnx(path)
-    assert f"{path}: opset {opset} is outside the supported range 11-20" in str(info.value)
-    assert "re-export with opset_version between 11 and 20 (recipe field export.opset)" in str(info.value)
+    assert f"{path}: opset {opset} is outside the supported range 11-23" in str(info.value)
+    assert "re-export with opset_version between 11 and 23 (recipe field export.opset)" in str(info.value)
 
 
 def test_opset_bounds_are_accepted(tmp_path):
-    for opset in (11, 20):
+    for opset in (11, 23, 28):  # 28: Relu is the same op as at 23 (tests/conformance/test_loader.py)
         onnx.save(_relu_model(opset), tmp_path / f"m{opset}.onnx")
         assert load_onnx(tmp_path / f"m{opset}.onnx").opset == opset
 

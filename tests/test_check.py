@@ -1,6 +1,6 @@
 """``torch2ms check``: every unsupported op or attribute value of a model, without converting.
 
-Unreadable files and opsets outside 11-20 through this command are tested in
+Unreadable files and opsets outside 11-23 through this command are tested in
 tests/test_bad_input.py (test_cli_check_command_on_bad_onnx)."""
 
 from __future__ import annotations

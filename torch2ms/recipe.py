@@ -103,7 +103,7 @@ class CheckSpec(_Strict):
 
 
 class ExportSpec(_Strict):
-    opset: int = Field(default=17, ge=11, le=20)
+    opset: int = Field(default=17, ge=11, le=23)
 
 
 class RebuildSpec(_Strict):

@@ -77,6 +77,7 @@ class CodeBuilder:
         self.tensor_of: dict[str, str] = {}
         self.params: dict[str, np.ndarray] = {}
         self.statements: list[Statement] = []
+        self.returns: list[str] = []
         self.var_of: dict[str, str] = {}
         self.definitions: dict[str, str] = {}  # module-level helpers (Emitter.define), in order
         for name in graph.inputs:
@@ -154,6 +155,12 @@ class CodeBuilder:
     def build(self, header: str) -> GeneratedNetwork:
         for node in self.graph.nodes:
             self.emit_node(node)
+        # An output the loader folded into a constant (a model returning a Shape) is returned
+        # as a stored tensor; declared before rendering, as __init__ must create it.
+        for o in self.graph.outputs:
+            if o not in self.var_of and self.graph.values[o].const.size == 0:
+                raise Unsupported(f"output {o!r} is an empty constant (MindSpore stores no empty Parameter)")
+        self.returns = [self.var_of.get(o) or self.tensor(self.graph.values[o].const, o) for o in self.graph.outputs]
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:
@@ -208,8 +215,7 @@ class CodeBuilder:
                             "inputs": inputs,
                         }
                     )
-        rets = [self.var_of[o] for o in self.graph.outputs]
-        out.append(f"        return {', '.join(rets)}")
+        out.append(f"        return {', '.join(self.returns)}")
         out += ["", "", f"def build(checkpoint: str | None = None) -> {self.class_name}:"]
         if self.params:
             out += [

@@ -16,8 +16,18 @@ def ops(
     write: Path | None = typer.Option(
         None, "--write", help="write the Markdown table to this file, e.g. docs/operators.md"
     ),
+    conformance: bool = typer.Option(
+        False,
+        "--conformance",
+        help="run ONNX's backend node test cases through torch2ms (a few minutes) and report pass/refused/wrong/crash;"
+        " with --write/--markdown, the table of docs/conformance.md",
+    ),
+    workers: int = typer.Option(2, "--workers", min=1, help="worker processes for --conformance"),
 ) -> None:
     """List the supported ONNX operators: opsets, signature, accepted attributes."""
+    if conformance:
+        _conformance(markdown, write, workers)
+        return
     from rich.table import Table
 
     from torch2ms.ops_table import operator_rows, render_markdown
@@ -37,3 +47,31 @@ def ops(
     for r in rows:
         table.add_row(r.op_type, r.domain, r.opsets, r.signature, ", ".join(r.attributes) or "-")
     out_console.print(table)
+
+
+def _conformance(markdown: bool, write: Path | None, workers: int) -> None:
+    from torch2ms import conformance as conf
+    from torch2ms.pipeline.workspace import atomic_write_text
+
+    cases = conf.cached_cases()
+    done = [0]
+
+    def progress(o) -> None:
+        done[0] += 1
+        if o.status in ("wrong", "crash"):
+            console.print(f"{o.status}: {o.name} ({o.op_type}): {o.reason}", highlight=False, markup=False)
+        if done[0] % 200 == 0:
+            console.print(f"[dim]{done[0]}/{len(cases)} cases[/dim]")
+
+    outcomes = conf.run_cases(cases, workers=workers, progress=progress)
+    text = conf.render_markdown(cases, outcomes)
+    tally = conf.Tally.of(outcomes.values())
+    if write is not None:
+        atomic_write_text(write, text)
+        console.print(f"wrote {write}: {tally.line()}", highlight=False)
+    elif markdown:
+        sys.stdout.write(text)
+    else:
+        out_console.print(tally.line(), highlight=False)
+        for cause, n in tally.causes.items():
+            out_console.print(f"  refused, {cause}: {n}", highlight=False)

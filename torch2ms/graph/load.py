@@ -7,6 +7,21 @@ of a tensor of known shape) is constant too. One onnxruntime run of the model, e
 output the shape of every tensor and the value of every constant one, gives both the static
 shapes and the folded values; the constant nodes then leave the graph, so the generated
 MindSpore code only contains real computation.
+
+Before anything runs, ``check_model`` refuses by name what torch2ms cannot take, so that no
+model reaches onnxruntime or numpy only to fail there:
+
+- an opset outside ``SUPPORTED_OPSETS``. A model stamped with a newer opset is accepted when
+  none of its ops changed after the newest supported one other than by admitting more element
+  types (same inputs, outputs, attributes and specification text: Reshape-25 adds int2/uint2 to
+  Reshape-23), so its nodes mean what they mean at that opset; otherwise the ops that changed are
+  named;
+- nodes of a domain other than the default ONNX one (``ai.onnx.ml``, training, vendor ops);
+- a dtype MindSpore has no tensor type for (float8, int4/uint4, string, complex, ...) on a graph
+  input or output, an initializer, a tensor attribute (``Constant``'s value) or a dtype attribute
+  (``Cast(to=...)``); after inference, on any tensor of the graph;
+- sequence, optional, map and sparse values (MindSpore code takes tensors);
+- a dynamic input shape (a zero-size dimension is static: empty tensors are let through).
 """
 
 from __future__ import annotations
@@ -20,7 +35,29 @@ from onnx import helper, numpy_helper
 from torch2ms.errors import OnnxError
 from torch2ms.graph.ir import Graph, Node, Value
 
-SUPPORTED_OPSETS = range(11, 21)  # 11 ... 20
+# 11 ... 23. 23 is the newest opset the TorchScript exporter of the installed torch (2.14) writes;
+# onnxruntime 1.32 runs up to 28.
+SUPPORTED_OPSETS = range(11, 24)
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# The ONNX element types MindSpore has a tensor type for (converters.api.MS_DTYPES has the same set).
+MINDSPORE_TYPES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.BOOL: "bool",
+}
+_MINDSPORE_NUMPY = set(MINDSPORE_TYPES.values())
+# INT attributes that name a dtype (the op's output type), by attribute name.
+_DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype", "output_datatype")
 # Nodes never folded even when their inputs are constant (their value is not fixed).
 _NONDETERMINISTIC = {
     "RandomNormal",
@@ -65,26 +102,180 @@ def read_onnx(path: str | Path) -> onnx.ModelProto:
 
 def model_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
+        if o.domain in DEFAULT_DOMAINS:
             return int(o.version)
-    raise OnnxError("the model imports no default-domain opset")
+    domains = sorted({o.domain for o in model.opset_import})
+    raise OnnxError(
+        f"the model imports no default-domain opset (only {', '.join(map(repr, domains)) or 'none'})",
+        hint="torch2ms converts ops of the default ONNX domain",
+    )
+
+
+def type_name(elem_type: int) -> str:
+    """``float8e4m3fn``, ``int4``, ``string``: the ONNX name of an element type, lower case."""
+    try:
+        return onnx.TensorProto.DataType.Name(int(elem_type)).lower()
+    except ValueError:
+        return f"type {int(elem_type)}"
 
 
 def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None, fold: bool = True) -> Graph:
     model = read_onnx(path)
-    opset = model_opset(model)
-    if opset not in SUPPORTED_OPSETS:
-        lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
-        raise OnnxError(
-            f"{path}: opset {opset} is outside the supported range {lo}-{hi}",
-            hint=f"re-export with opset_version between {lo} and {hi} (recipe field export.opset)",
-        )
+    opset = check_model(model, str(path))
     return graph_from_model(model, opset, input_shapes, fold=fold, source=str(path))
 
 
+def check_model(model: onnx.ModelProto, source: str = "model") -> int:
+    """The model's default-domain opset, once it is known torch2ms can take the model at all
+    (opset, domains, dtypes, value kinds); raises ``OnnxError`` naming what it cannot."""
+    opset = model_opset(model)
+    nodes = list(_all_nodes(model.graph))
+    lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
+    hint = f"re-export with opset_version between {lo} and {hi} (recipe field export.opset)"
+    if opset < lo:
+        raise OnnxError(f"{source}: opset {opset} is outside the supported range {lo}-{hi}", hint=hint)
+    if opset > hi:
+        changed = _changed_after(nodes, opset, hi)
+        if changed:
+            raise OnnxError(
+                f"{source}: opset {opset} is outside the supported range {lo}-{hi}, and "
+                + ", ".join(f"{op} (opset {v})" for op, v in changed)
+                + f" changed after opset {hi}",
+                hint=hint,
+            )
+    foreign: dict[str, list[str]] = {}
+    for n in nodes:
+        if n.domain not in DEFAULT_DOMAINS:
+            ops = foreign.setdefault(n.domain, [])
+            if n.op_type not in ops:
+                ops.append(n.op_type)
+    if foreign:
+        listed = "; ".join(f"domain {d!r}: {', '.join(ops)}" for d, ops in sorted(foreign.items()))
+        raise OnnxError(
+            f"{source}: ops outside the default ONNX domain cannot be converted ({listed})",
+            hint="torch2ms converts ops of the default ONNX domain; export without custom or ai.onnx.ml ops",
+        )
+    problems = _dtype_problems(model.graph, nodes)
+    if problems:
+        raise OnnxError(
+            f"{source}: MindSpore has no tensor type for " + "; ".join(problems),
+            hint="MindSpore tensors are float16/32/64, bfloat16, (u)int8/16/32/64 or bool",
+        )
+    return opset
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies)."""
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _all_nodes(g)
+
+
+def _changed_after(nodes, opset: int, newest: int) -> list[tuple[str, int]]:
+    """Default-domain op types whose schema at ``opset`` differs from the one at ``newest`` by
+    more than admitting new element types (same inputs, outputs, attributes and text)."""
+    out = []
+    for n in nodes:
+        if n.domain not in DEFAULT_DOMAINS:
+            continue
+        try:
+            now = onnx.defs.get_schema(n.op_type, opset, "")
+            then = onnx.defs.get_schema(n.op_type, newest, "")
+        except Exception:  # unknown, or new after ``newest``: the converters say "no converter"
+            continue
+        if (
+            now.since_version > newest
+            and not _only_admits_types(then, now)
+            and (n.op_type, now.since_version) not in out
+        ):
+            out.append((n.op_type, now.since_version))
+    return out
+
+
+def _only_admits_types(old: onnx.defs.OpSchema, new: onnx.defs.OpSchema) -> bool:
+    """``new`` is ``old`` with more element types allowed, and nothing else changed."""
+
+    def signature(s):
+        return (
+            [(i.name, i.option, i.type_str) for i in s.inputs],
+            [(o.name, o.option, o.type_str) for o in s.outputs],
+            sorted((a.name, int(a.type), a.required, str(a.default_value)) for a in s.attributes.values()),
+            s.doc,
+        )
+
+    if signature(old) != signature(new):
+        return False
+    before = {t.type_param_str: set(t.allowed_type_strs) for t in old.type_constraints}
+    after = {t.type_param_str: set(t.allowed_type_strs) for t in new.type_constraints}
+    return before.keys() == after.keys() and all(before[k] <= after[k] for k in before) and before != after
+
+
+def _value_kind_problem(vi: onnx.ValueInfoProto, what: str) -> str | None:
+    t = vi.type
+    kind = t.WhichOneof("value")
+    if kind is None:  # no type given (an output left to inference)
+        return None
+    if kind != "tensor_type":
+        names = {"sequence_type": "a sequence", "optional_type": "an optional", "map_type": "a map"}
+        return f"{what} {vi.name!r} is {names.get(kind, kind)} value (MindSpore code takes tensors)"
+    et = t.tensor_type.elem_type
+    if et and et not in MINDSPORE_TYPES:
+        return f"{what} {vi.name!r} ({type_name(et)})"
+    return None
+
+
+def _dtype_problems(graph: onnx.GraphProto, nodes) -> list[str]:
+    problems = []
+    for vi in graph.input:
+        problems.append(_value_kind_problem(vi, "input"))
+    for vi in graph.output:
+        problems.append(_value_kind_problem(vi, "output"))
+    for t in graph.initializer:
+        if t.data_type not in MINDSPORE_TYPES:
+            problems.append(f"initializer {t.name!r} ({type_name(t.data_type)})")
+    if graph.sparse_initializer:
+        problems.append(f"sparse initializer {graph.sparse_initializer[0].values.name!r}")
+    for n in nodes:
+        where = f"{n.op_type} node {n.name!r}" if n.name else f"{n.op_type} node"
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in MINDSPORE_TYPES:
+                problems.append(f"attribute {a.name!r} of {where} ({type_name(a.t.data_type)})")
+            elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                problems.append(f"attribute {a.name!r} of {where} (a sparse tensor)")
+            elif a.type in (onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS) and a.name.startswith("value_"):
+                problems.append(f"attribute {a.name!r} of {where} (string)")
+            elif (
+                a.type == onnx.AttributeProto.INT
+                and a.name in _DTYPE_ATTRIBUTES
+                and n.domain in DEFAULT_DOMAINS
+                and a.i not in MINDSPORE_TYPES
+            ):
+                problems.append(f"attribute {a.name}={type_name(a.i)} of {where}")
+    seen, out = set(), []
+    for p in problems:
+        if p and p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
 def graph_from_model(
-    model: onnx.ModelProto, opset: int, input_shapes=None, fold: bool = True, source: str = "model"
+    model: onnx.ModelProto,
+    opset: int,
+    input_shapes=None,
+    fold: bool = True,
+    source: str = "model",
+    input_values: dict[str, np.ndarray] | None = None,
 ) -> Graph:
+    """The IR of ``model`` (checked with ``check_model`` first by ``load_onnx``).
+
+    ``input_values``: sample data for the graph inputs to infer shapes with; by default
+    placeholders (zeros; ones for integer inputs)."""
     g = model.graph
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     values: dict[str, Value] = {name: Value(name, tuple(a.shape), a.dtype, a) for name, a in inits.items()}
@@ -93,8 +284,13 @@ def graph_from_model(
         if vi.name in inits:
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        shape = tuple(input_shapes[vi.name]) if input_shapes and vi.name in input_shapes else tuple(dims)
-        if any(d is None or d <= 0 for d in shape):
+        if input_shapes and vi.name in input_shapes:
+            shape = tuple(input_shapes[vi.name])
+        elif input_values and vi.name in input_values:
+            shape = tuple(np.shape(input_values[vi.name]))
+        else:
+            shape = tuple(dims)
+        if any(d is None or d < 0 for d in shape):
             raise OnnxError(
                 f"{source}: input {vi.name!r} has a dynamic shape {dims}",
                 hint="give its static shape in the recipe's inputs",
@@ -114,7 +310,7 @@ def graph_from_model(
             values.setdefault(o, Value(o))
     graph = Graph(nodes, values, inputs, [o.name for o in g.output], opset, name=g.name or "network")
     if fold:
-        _infer_and_fold(model, graph)
+        _infer_and_fold(model, graph, source, input_values)
     return graph
 
 
@@ -122,7 +318,7 @@ def _constant_nodes(graph: Graph) -> list[Node]:
     const = {k for k, v in graph.values.items() if v.is_const}
     out = []
     for n in graph.nodes:
-        if n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC:
+        if n.domain not in DEFAULT_DOMAINS or n.op_type in _NONDETERMINISTIC:
             continue
         real_inputs = [i for i in n.inputs if i]
         if n.op_type == "Shape" or all(i in const for i in real_inputs):
@@ -144,11 +340,11 @@ def session_with_outputs(model: onnx.ModelProto, outputs: list[str], extra_nodes
     m.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # its errors reach the user inside torch2ms's own
     return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
+def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_values=None) -> None:
     """Fill every value's shape/dtype; fold constant nodes out of the graph."""
     const_nodes = _constant_nodes(graph)
     const_outputs = [o for n in const_nodes for o in n.outputs if o]
@@ -160,20 +356,35 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
         s = f"__t2ms_shape_{k}"
         shape_nodes.append(helper.make_node("Shape", [name], [s], name=f"__t2ms_shape_node_{k}"))
         wanted.append(("shape", name, s))
+    why = "onnxruntime (which torch2ms runs to infer static shapes and fold constants)"
     try:
         sess = session_with_outputs(model, [w[2] for w in wanted], shape_nodes)
     except Exception as err:
-        raise OnnxError(f"onnxruntime cannot load the model to infer shapes: {err}") from None
+        raise OnnxError(f"{source}: {why} cannot load the model: {_first_line(err)}") from None
     # Only shapes are read from this run. Integer inputs are ones, not zeros: an integer Div or Mod
     # by an input fails in onnxruntime on zeros ("Integer division by zero").
-    feeds = {
-        name: (np.ones if graph.values[name].dtype.kind in "iu" else np.zeros)(
-            graph.values[name].shape, graph.values[name].dtype
-        )
-        for name in graph.inputs
-    }
+    feeds = {}
+    for name in graph.inputs:
+        v = graph.values[name]
+        if input_values is not None and name in input_values:
+            feeds[name] = np.asarray(input_values[name], v.dtype).reshape(v.shape)
+        else:
+            feeds[name] = (np.ones if v.dtype.kind in "iu" else np.zeros)(v.shape, v.dtype)
     names = [w[2] for w in wanted]
-    results = dict(zip(names, sess.run(names, feeds))) if names else {}
+    try:
+        results = dict(zip(names, sess.run(names, feeds))) if names else {}
+    except Exception as err:
+        placeholders = [n for n in graph.inputs if input_values is None or n not in input_values]
+        raise OnnxError(
+            f"{source}: {why} fails on "
+            + (
+                f"placeholder values for {', '.join(map(repr, placeholders))} (zeros; ones for integers)"
+                if placeholders
+                else "the sample inputs"
+            )
+            + f": {_first_line(err)}",
+            hint="an input that sets a shape, an index or a count must be a constant (an initializer) of the ONNX",
+        ) from None
     dtypes = _inferred_dtypes(model)
     for kind, name, out in wanted:
         v = graph.values[name]
@@ -186,6 +397,24 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph) -> None:
     folded = set(id(n) for n in const_nodes)
     graph.nodes = [n for n in graph.nodes if id(n) not in folded]
     graph.remove_dead()
+    lacking = []
+    for name, v in graph.values.items():
+        if v.dtype is not None and np.dtype(v.dtype).name not in _MINDSPORE_NUMPY:
+            producer = graph.producer(name)
+            where = f"{producer.op_type} output {name!r}" if producer else repr(name)
+            lacking.append(f"{where} ({np.dtype(v.dtype).name})")
+    if lacking:
+        raise OnnxError(
+            f"{source}: MindSpore has no tensor type for " + "; ".join(lacking),
+            hint="MindSpore tensors are float16/32/64, bfloat16, (u)int8/16/32/64 or bool",
+        )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    for prefix in ("[ONNXRuntimeError] : ",):
+        text = text.replace(prefix, "")
+    return (text.splitlines() or [type(err).__name__])[0][:400]
 
 
 def _inferred_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:

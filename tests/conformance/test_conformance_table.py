@@ -1,0 +1,79 @@
+"""docs/conformance.md, the per-op table of ONNX's conformance cases, must be current.
+
+Writing it runs all 1884 cases (a few minutes), too slow for ``make test``. So the default run
+checks what decides the table's shape: the fingerprint in the file (the cases, the registered
+converters and declared refusals, the opset range) must equal the current one, so adding,
+removing or re-versioning a converter without regenerating the table fails here. A change
+inside a converter that turns a case from refused to pass, or breaks one, is caught by the slow
+test, which compares the whole file with a fresh run."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REPO
+
+from conformance.conftest import all_cases
+from torch2ms import conformance
+from torch2ms.conformance import MARKDOWN_FILE, Outcome
+
+REGENERATE = f"run `torch2ms ops --conformance --write {MARKDOWN_FILE}` and commit it"
+
+
+def test_docs_conformance_md_is_current():
+    path = REPO / MARKDOWN_FILE
+    assert path.is_file(), f"{MARKDOWN_FILE} is missing: {REGENERATE}"
+    recorded = conformance.read_fingerprint(path.read_text())
+    current = conformance.fingerprint(all_cases())
+    assert recorded is not None, f"{MARKDOWN_FILE} has no fingerprint line: {REGENERATE}"
+    changed = sorted(k for k in current if recorded.get(k) != current[k])
+    detail = ""
+    if "converters" in changed:
+        added = sorted(set(current["converters"]) - set(recorded.get("converters", [])))
+        gone = sorted(set(recorded.get("converters", [])) - set(current["converters"]))
+        detail = f" (converters added {added}, removed {gone})"
+    assert not changed, f"{MARKDOWN_FILE} is out of date: {', '.join(changed)} changed{detail}; {REGENERATE}"
+
+
+@pytest.mark.slow
+@pytest.mark.needs_cases("all")
+def test_docs_conformance_md_matches_a_full_run(outcomes):
+    text = conformance.render_markdown(all_cases(), outcomes)
+    assert (REPO / MARKDOWN_FILE).read_text() == text, f"{MARKDOWN_FILE} differs from a fresh run: {REGENERATE}"
+
+
+def test_table_counts_every_case_once_by_op_and_cause():
+    cases = [c for c in all_cases() if c.op_type in ("Relu", "Acos")]
+    outcomes = {}
+    for k, c in enumerate(cases):
+        if c.op_type == "Relu":
+            outcomes[c.name] = Outcome(c.name, c.op_type, "pass", how="converted")
+        elif k % 2:
+            outcomes[c.name] = Outcome(c.name, c.op_type, "refused", "Acos: no converter")
+        else:
+            outcomes[c.name] = Outcome(c.name, c.op_type, "crash", "ValueError: boom")
+    text = conformance.render_markdown(cases, outcomes)
+    n_relu = sum(c.op_type == "Relu" for c in cases)
+    acos = [outcomes[c.name] for c in cases if c.op_type == "Acos"]
+    n_ref, n_crash = sum(o.status == "refused" for o in acos), sum(o.status == "crash" for o in acos)
+    assert f"| Relu | yes | {n_relu} | {n_relu} | 0 | 0 | 0 |  |" in text
+    assert f"| Acos | no | {len(acos)} | 0 | {n_ref} | 0 | {n_crash} | Acos: no converter ({n_ref}) |" in text
+    assert f"| no converter | {n_ref} |" in text
+    assert "| ValueError: boom |" in text  # every crash is listed
+    assert conformance.read_fingerprint(text) == conformance.fingerprint(cases)
+    with pytest.raises(ValueError, match="have no outcome"):
+        conformance.render_markdown(cases, {})
+
+
+def test_cli_writes_the_table_from_a_run(tmp_path, monkeypatch, capsys):
+    """`torch2ms ops --conformance` on three cases (monkeypatched in), through the worker processes."""
+    from conftest import run_cli
+
+    few = [c for c in all_cases() if c.name in ("test_relu", "test_acos", "test_sequence_insert_at_back")]
+    monkeypatch.setattr(conformance, "cached_cases", lambda: few)
+    target = tmp_path / "conformance.md"
+    assert run_cli("ops", "--conformance", "--write", str(target), "--workers", "1") == 0
+    text = target.read_text()
+    assert "| 3 | 1 | 1 | 0 | 0 | 2 | 0 | 0 |" in text  # totals: relu passes, acos and the sequence refused
+    assert "| sequence or optional value | 1 |" in text and "| no converter | 1 |" in text
+    assert run_cli("ops", "--conformance", "--workers", "1") == 0
+    assert "3 cases: 1 pass (1 converted), 2 refused, 0 wrong, 0 crash" in capsys.readouterr().out
