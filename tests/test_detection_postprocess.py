@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
-torch = pytest.importorskip("torch")
-torchvision = pytest.importorskip("torchvision")
-ul_nms = pytest.importorskip("ultralytics.utils.nms")
-from ultralytics.utils import ops as ul_ops  # noqa: E402
+import torch
+import torchvision
+from ultralytics.utils import nms as ul_nms
+from ultralytics.utils import ops as ul_ops
 
 from torch2ms.postprocess import yolo  # noqa: E402
 
