@@ -16,56 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter, ms_dtype
-
-# Activations nn.Conv2dBnAct applies itself, by the fused node's activation kind (the ONNX op,
-# or the torch2ms formula node, it replaced): its `activation` string. A string makes the layer
-# with its defaults, so where those differ from ONNX the converter passes the layer instead:
-# GELU's string is the tanh approximation (erf GELU is nn.GELU(approximate=False)), PReLU's
-# has one slope of 0.25 (ONNX: one per channel, nn.PReLU(C) holding the weights).
-# LeakyReLU's alpha is Conv2dBnAct's own `alpha` (default 0.2; ONNX's is 0.01). ELU is alpha=1
-# only and HardSigmoid alpha=1/6, beta=1/2 only: the fusion pass leaves the others out.
-CONV_ACTIVATIONS = {
-    "Relu": "relu",
-    "Relu6": "relu6",
-    "Sigmoid": "sigmoid",
-    "Silu": "silu",
-    "Gelu": "gelu",
-    "Mish": "mish",
-    "HardSigmoid": "hsigmoid",
-    "HardSwish": "hswish",
-    "Elu": "elu",
-    "Tanh": "tanh",
-    "LeakyRelu": "leakyrelu",
-    "PRelu": "prelu",
-}
-SLOPE_INPUT = 7  # PReLU's per-channel slope on a fused node
-
-
-class _Code:
-    """A keyword argument written as code (a layer), not as a literal."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def __repr__(self) -> str:
-        return self.source
-
-
-def conv_activation(em, activation: str, alpha: float, approximate: str, channels: int) -> tuple[dict, dict]:
-    """``nn.Conv2dBnAct`` keyword arguments and parameters for the fused activation."""
-    if activation not in CONV_ACTIVATIONS:
-        raise Unsupported(f"activation {activation!r} not supported by nn.Conv2dBnAct")
-    if activation == "Gelu" and approximate != "tanh":
-        if approximate != "none":
-            raise Unsupported(f"approximate={approximate!r} not supported")
-        return {"activation": _Code("nn.GELU(approximate=False)")}, {}
-    if activation == "PRelu":
-        slope = em.require_const(SLOPE_INPUT, "slope").astype("float32").reshape(-1)
-        return {"activation": _Code(f"nn.PReLU({channels})")}, {"activation.w": slope}
-    kw = {"activation": CONV_ACTIVATIONS[activation]}
-    if activation == "LeakyRelu" and float(alpha) != 0.2:
-        kw["alpha"] = float(alpha)
-    return kw, {}
+from torch2ms.converters.cell_activation import cell_activation
 
 
 def _squash(values) -> int | tuple:
@@ -295,7 +246,7 @@ def conv_bn_act(
             }
         )
     if activation:
-        act_kw, act_params = conv_activation(em, activation, alpha, approximate, int(w.shape[0]))
+        act_kw, act_params = cell_activation(em, activation, alpha, approximate, int(w.shape[0]), "nn.Conv2dBnAct")
         kw.update(act_kw)
         params.update(act_params)
     layer = em.layer("nn.Conv2dBnAct", int(em.shape(0)[1]), int(w.shape[0]), params=params, **kw)

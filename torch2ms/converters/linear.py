@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter, literal
+from torch2ms.converters.api import Unsupported, converter
+from torch2ms.converters.cell_activation import cell_activation
 
 
 @converter("Gemm", since=7)
@@ -61,51 +62,6 @@ def matmul(em):
     return f"ops.matmul({em.x(0)}, {em.x(1)})"
 
 
-# The fused node's activation kind -> the `activation` string nn.Dense / nn.DenseBnAct know.
-DENSE_ACTIVATIONS = {
-    "Relu": "relu",
-    "Relu6": "relu6",
-    "Sigmoid": "sigmoid",
-    "Silu": "silu",
-    "Gelu": "gelu",
-    "Mish": "mish",
-    "HardSigmoid": "hsigmoid",
-    "HardSwish": "hswish",
-    "Elu": "elu",
-    "Tanh": "tanh",
-    "LeakyRelu": "leakyrelu",
-    "PRelu": "prelu",
-}
-SLOPE_INPUT = 7  # PReLU's per-feature slope on a fused node
-
-
-class _Code:
-    """A keyword argument written as code (a layer), not as a literal."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def __repr__(self) -> str:
-        return self.source
-
-
-def _dense_activation(em, activation, alpha, approximate, features, has_alpha) -> tuple[dict, dict]:
-    if activation not in DENSE_ACTIVATIONS:
-        raise Unsupported(f"activation {activation!r} not supported by nn.Dense")
-    if activation == "Gelu" and approximate != "tanh":
-        if approximate != "none":
-            raise Unsupported(f"approximate={approximate!r} not supported")
-        return {"activation": _Code("nn.GELU(approximate=False)")}, {}
-    if activation == "PRelu":
-        slope = em.require_const(SLOPE_INPUT, "slope").astype("float32").reshape(-1)
-        return {"activation": _Code(f"nn.PReLU({features})")}, {"activation.w": slope}
-    if activation == "LeakyRelu" and float(alpha) != 0.2:
-        if has_alpha:
-            return {"activation": "leakyrelu", "alpha": float(alpha)}, {}
-        return {"activation": _Code(f"nn.LeakyReLU({literal(float(alpha))})")}, {}
-    return {"activation": DENSE_ACTIVATIONS[activation]}, {}
-
-
 @converter("Linear", domain="torch2ms")
 def linear(em, *, activation="", has_bn=0, epsilon=1e-5, momentum=0.9, alpha=0.01, approximate="none"):
     """torch2ms.Linear(X, W, B?, scale?, bias?, mean?, var?, slope?) -> act(BN(X @ W + B))
@@ -142,7 +98,9 @@ def linear(em, *, activation="", has_bn=0, epsilon=1e-5, momentum=0.9, alpha=0.0
             }
         )
     if activation:
-        act_kw, act_params = _dense_activation(em, activation, alpha, approximate, features, has_bn)
+        act_kw, act_params = cell_activation(
+            em, activation, alpha, approximate, features, "nn.DenseBnAct" if has_bn else "nn.Dense", has_bn
+        )
         kw.update(act_kw)
         params.update(act_params)
     callee = "nn.DenseBnAct" if has_bn else "nn.Dense"

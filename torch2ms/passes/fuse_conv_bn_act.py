@@ -102,6 +102,46 @@ def activation_attrs(graph: Graph, after: ActAfter, out_shape: tuple[int, ...], 
     return attrs, graph.add_const(after.act.slope + "_per_channel", slope)
 
 
+def fuse_chain(
+    graph: Graph,
+    op_type: str,
+    layer: Node,
+    bn: Node | None,
+    after: ActAfter,
+    inputs: list[str],
+    attrs: dict,
+    channel_axis: int | None,
+) -> Node:
+    """Replace ``layer`` [-> ``bn``] [-> the activation in ``after``] by one torch2ms-domain node
+    ``op_type``: the layer's ``inputs``, then the BatchNorm's scale, bias, mean and var (``has_bn``),
+    then the activation's per-channel slope at input ``SLOPE_INDEX``; ``channel_axis`` None: the last."""
+    last = after.node or bn or layer
+    inputs = list(inputs)
+    attrs = {**attrs, "has_bn": 0}
+    if bn is not None:
+        inputs += list(bn.inputs[1:5])
+        attrs.update(epsilon=bn.attrs.get("epsilon", 1e-5), momentum=bn.attrs.get("momentum", 0.9), has_bn=1)
+    shape = tuple(graph.values[last.outputs[0]].shape)
+    act_attrs, slope = activation_attrs(graph, after, shape, len(shape) - 1 if channel_axis is None else channel_axis)
+    attrs.update(act_attrs)
+    if slope:
+        inputs = inputs + [""] * (SLOPE_INDEX - len(inputs)) + [slope]
+    fused = Node(
+        name=layer.name,
+        op_type=op_type,
+        domain="torch2ms",
+        inputs=inputs,
+        outputs=[last.outputs[0]],
+        attrs=attrs,
+        origin=[o for n in (layer, bn, after.node) if n is not None for o in n.origin],
+    )
+    replace_node(graph, layer, fused)
+    for n in (bn, after.node):
+        if n is not None:
+            remove_node(graph, n)
+    return fused
+
+
 @dataclass
 class ConvBnActMatch:
     conv: Node
@@ -159,28 +199,5 @@ class FuseConvBnAct(Pass):
             self.chains.append(
                 Chain(m.conv.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
             )
-        last = m.after.node or m.bn or m.conv
         inputs = (list(m.conv.inputs) + [""] * 3)[:3]
-        attrs = dict(m.conv.attrs)
-        if m.bn is not None:
-            inputs += list(m.bn.inputs[1:5])
-            attrs.update(epsilon=m.bn.attrs.get("epsilon", 1e-5), momentum=m.bn.attrs.get("momentum", 0.9), has_bn=1)
-        else:
-            attrs["has_bn"] = 0
-        act_attrs, slope = activation_attrs(graph, m.after, tuple(graph.values[last.outputs[0]].shape), 1)
-        attrs.update(act_attrs)
-        if slope:
-            inputs = inputs + [""] * (SLOPE_INDEX - len(inputs)) + [slope]
-        fused = Node(
-            name=m.conv.name,
-            op_type="ConvBnAct",
-            domain="torch2ms",
-            inputs=inputs,
-            outputs=[last.outputs[0]],
-            attrs=attrs,
-            origin=[o for n in (m.conv, m.bn, m.after.node) if n is not None for o in n.origin],
-        )
-        replace_node(graph, m.conv, fused)
-        for n in (m.bn, m.after.node):
-            if n is not None:
-                remove_node(graph, n)
+        fuse_chain(graph, "ConvBnAct", m.conv, m.bn, m.after, inputs, dict(m.conv.attrs), channel_axis=1)

@@ -24,14 +24,13 @@ import numpy as np
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import ONNX, FormulaPattern
-from torch2ms.passes.base import Pass, remove_node, replace_node
+from torch2ms.passes.base import Pass
 from torch2ms.passes.fuse_conv_bn_act import (
-    SLOPE_INDEX,
     ActAfter,
     Chain,
     _single_consumer,
     activation_after,
-    activation_attrs,
+    fuse_chain,
 )
 
 
@@ -127,28 +126,5 @@ class FuseDenseBnAct(Pass):
             self.chains.append(
                 Chain(m.layer.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
             )
-        last = m.after.node or m.bn or m.layer
-        inputs = self._linear_inputs(graph, m.layer)
-        attrs: dict = {"has_bn": 0}  # marks a fused layer (MatMulToLinear's nodes have no attributes)
-        if m.bn is not None:
-            inputs += list(m.bn.inputs[1:5])
-            attrs.update(epsilon=m.bn.attrs.get("epsilon", 1e-5), momentum=m.bn.attrs.get("momentum", 0.9), has_bn=1)
-        shape = tuple(graph.values[last.outputs[0]].shape)
-        act_attrs, slope = activation_attrs(graph, m.after, shape, len(shape) - 1)
-        if act_attrs["activation"]:
-            attrs.update(act_attrs)
-        if slope:
-            inputs = inputs + [""] * (SLOPE_INDEX - len(inputs)) + [slope]
-        fused = Node(
-            name=m.layer.name,
-            op_type="Linear",
-            domain="torch2ms",
-            inputs=inputs,
-            outputs=[last.outputs[0]],
-            attrs=attrs,
-            origin=[o for n in (m.layer, m.bn, m.after.node) if n is not None for o in n.origin],
-        )
-        replace_node(graph, m.layer, fused)
-        for n in (m.bn, m.after.node):
-            if n is not None:
-                remove_node(graph, n)
+        # has_bn (set by fuse_chain) marks a fused layer: MatMulToLinear's nodes have no attributes
+        fuse_chain(graph, "Linear", m.layer, m.bn, m.after, self._linear_inputs(graph, m.layer), {}, channel_axis=None)
