@@ -17,7 +17,7 @@ letterboxed photos that scikit-image ships (other photos than the recipes check 
 ``momentum=None`` so that the running statistics become the batch's, then eval mode; the last
 class and box convolutions are rescaled so that scores spread over (0, 1) instead of saturating.
 The outputs then stay in the range a trained model's do. Recipes using this set
-``model.randomize_norm: false`` so that torch2ms keeps these statistics.
+``model.init: as_is`` so that torch2ms keeps these statistics.
 """
 
 from __future__ import annotations
