@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from converters.helpers import check_op, check_unsupported, const, f32, rand, x
+from converters.helpers import check_model, check_op, check_unsupported, const, f32, rand, x
 
 from torch2ms.converters.activation import UNARY
 
@@ -280,3 +280,25 @@ _F16_ACTIVATIONS = ["Elu", "Selu", "ThresholdedRelu", "Softsign", "Mish"]
 def test_activation_float16(op, tmp_path):
     data = rand(2, 3, 4, 5, low=-3, high=3).astype(np.float16)
     check_op(op, [x(data=data)], {}, tmp_path, opset=22, rel_tol=3e-3)
+
+
+@pytest.mark.parametrize("order", ["x_first", "sigmoid_first"])
+def test_silu_from_its_decomposition(order, tmp_path):
+    """x * Sigmoid(x) (either operand order) becomes one torch2ms.Silu node, written as ops.silu."""
+    from onnx import TensorProto, helper
+
+    from torch2ms.passes import rebuild_passes
+
+    operands = ["x", "s"] if order == "x_first" else ["s", "x"]
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="/act/Sigmoid"), helper.make_node("Mul", operands, ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    source, _ = check_model(
+        model, {"x": rand(2, 3, 4, 5, low=-6, high=6)}, tmp_path, passes=rebuild_passes(), expect_nodes=["Silu"]
+    )
+    assert "ops.silu(" in source and "ops.sigmoid(" not in source
