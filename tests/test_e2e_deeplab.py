@@ -59,7 +59,9 @@ def test_deeplabv3plus_end_to_end(tmp_path):
     records = {s: json.loads((root / s / "stage.json").read_text()) for s in stage_names()}
     for stage, rec in records.items():
         assert rec["status"] == "passed", stage
-        assert rec["worst"]["rel_error"] <= 1e-4 and rec["worst"]["cosine"] >= 0.99999, stage
+        bound = rec["bounds"][rec["worst"]["name"]]  # the recipe's, or 10x the float32 noise floor
+        assert rec["worst"]["rel_error"] <= min(bound["rel_error"], 1e-3), (stage, bound)
+        assert rec["worst"]["cosine"] >= 0.99999, stage
         assert rec["worst"]["argmax_agreement"] > 0.99, stage
 
     chains = conv_bn_chains(root / "export" / "model.onnx")

@@ -48,6 +48,7 @@ class Tolerance:
     argmax_agreement: float = 0.0
     noise_factor: float = 0.0
     floor: dict[str, tuple[float, float]] | None = None  # output -> (rel_error, cosine) of onnxruntime
+    floor_source: str = "onnxruntime's distance from PyTorch"
 
     def bound(self, name: str) -> dict:
         """The relative-error and cosine bounds for output ``name`` and which rule set them."""
@@ -58,7 +59,7 @@ class Tolerance:
             noisy_cos = 1.0 - self.noise_factor * (1.0 - floor[1])
             if noisy_rel > rel or noisy_cos < cos:
                 rel, cos = max(rel, noisy_rel), min(cos, noisy_cos)
-                by = f"{self.noise_factor:g}x onnxruntime's distance from PyTorch"
+                by = f"{self.noise_factor:g}x {self.floor_source}"
         return {"rel_error": rel, "cosine": cos, "by": by}
 
     def violations(self, m: OutputMetrics) -> list[str]:

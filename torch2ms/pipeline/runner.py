@@ -10,6 +10,7 @@ version number).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -228,8 +229,12 @@ class Runner:
                     f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
                 ) from err
             check = self.recipe.check
-            floor = None if stage.noise_floor else self.floor
+            # the noise-floor stage's own floor: float32 PyTorch against float64, which it measured
+            floor = produced.extra.get("float32_floor") if stage.noise_floor else self.floor
+            source = "float32 PyTorch's distance from float64" if stage.noise_floor else None
             tol = Tolerance(check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor)
+            if source:
+                tol = dataclasses.replace(tol, floor_source=source)
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
             bounds = {m.name: tol.bound(m.name) for m in metrics}

@@ -115,6 +115,7 @@ class ExportStage(Stage):
             raise ModelError(f"{recipe.model.factory}: the model returned no tensors ({type(raw_out[0]).__name__})")
         names = list(torch_out[0])
         outputs = [{k: v.detach().numpy().copy() for k, v in o.items()} for o in torch_out]
+        floor = float32_floor(model, samples, outputs)
 
         class Wrapped(torch.nn.Module):
             def __init__(self, inner):
@@ -176,9 +177,39 @@ class ExportStage(Stage):
             "onnx_ops": dict(sorted(ops.items())),
         }
         extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **reached}
+        if floor:
+            extra["float32_floor"] = floor
         if tracer:
             extra["tracer_warnings"] = tracer
         return StageOutput(ort_out, counts=counts, extra=extra)
+
+
+def float32_floor(model, samples, outputs) -> dict[str, list[float]] | None:
+    """Per output, (relative error, cosine) of PyTorch's float32 outputs against the same model in
+    float64: what float32 arithmetic itself costs this network. The export stage's check (onnxruntime,
+    another float32 implementation, against PyTorch) may widen to ``check.noise_factor`` times it.
+    None when the model does not run in float64."""
+    import copy
+
+    import torch
+
+    from torch2ms.compare import compare_outputs
+    from torch2ms.model_loader import flatten_outputs
+
+    try:
+        wide = copy.deepcopy(model).double()
+        with torch.no_grad():
+            ref = [
+                {
+                    k: v.detach().numpy()
+                    for k, v in flatten_outputs(wide(*[torch.from_numpy(a).double() for a in s.values()])).items()
+                }
+                for s in samples
+            ]
+    except Exception:
+        return None
+    metrics = compare_outputs([{k: v.astype(np.float64) for k, v in o.items()} for o in outputs], ref)
+    return {m.name: [float(m.rel_error), float(m.cosine)] for m in metrics if m.nonfinite is None}
 
 
 @contextlib.contextmanager
