@@ -22,7 +22,7 @@ from functools import reduce
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter, ms_dtype
 
 OPERATORS = {"Add": "+", "Sub": "-", "Mul": "*"}  # Div: below
 FUNCTIONS = {
@@ -55,7 +55,11 @@ def _operator(op: str, sym: str):
 
 def _function(op: str, fn: str):
     def convert(em):
-        return f"{fn}({em.operand(0)}, {em.operand(1)})"
+        first = em.operand(0)
+        if em.value(0).is_const and not first.startswith("self."):
+            # a constant written as a Python scalar: MindSpore's functions take a tensor first
+            first = f"ms.Tensor({first}, {ms_dtype(em.dtype(0))})"
+        return f"{fn}({first}, {em.operand(1)})"
 
     convert.__name__ = op
     convert.__doc__ = f"{op}(A, B) -> C   as {fn}(A, B)"

@@ -321,7 +321,9 @@ def _constant_nodes(graph: Graph) -> list[Node]:
         if n.domain not in DEFAULT_DOMAINS or n.op_type in _NONDETERMINISTIC:
             continue
         real_inputs = [i for i in n.inputs if i]
-        if n.op_type == "Shape" or all(i in const for i in real_inputs):
+        # Shape needs only the (static) shape; CastLike takes only the dtype of its second input.
+        shape_only = n.op_type == "Shape" or (n.op_type == "CastLike" and real_inputs[0] in const)
+        if shape_only or all(i in const for i in real_inputs):
             out.append(n)
             const.update(n.outputs)
     return out
