@@ -177,6 +177,7 @@ def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeyp
         name="seg",
         model={"factory": "tiny_models:tiny_seg"},
         inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
+        rebuild={"fuse_conv_bn_act": False},  # keep the aux head's Sigmoid a node of its own (not Conv2dBnAct's)
     )
     result = Runner(load_recipe(recipe), log=lambda m: None).run(until="rebuild")
     assert result.stages[1].status == "failed"

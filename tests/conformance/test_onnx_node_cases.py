@@ -39,14 +39,45 @@ def _explain(o: conformance.Outcome) -> str:
     return f"{o.name} ({o.op_type}) {o.status}: {o.reason}" + (f"\n  note: {o.note}" if o.note else "")
 
 
-@pytest.mark.parametrize("case", [c.name for c in CASES if c.name in DEFAULT])
+# Known bugs, each a case that is wrong or crashes today, with what is wrong. Strict: a fixed one
+# fails here until it is removed from this table.
+_POW = "Pow of an integer base by a float exponent gives float32; ONNX keeps the base's type"
+_ATTENTION = "a fully masked row differs (opset 23 Attention, expanded)"
+KNOWN = {
+    "test_pow_types_int32_float32": _POW,
+    "test_pow_types_int64_float32": _POW,
+    "test_reduce_max_empty_set": "a reduction over an empty axis does not give its identity (-inf)",
+    "test_reduce_min_empty_set": "a reduction over an empty axis does not give its identity (inf)",
+    "test_reduce_prod_empty_set": "a reduction over an empty axis does not give its identity (1)",
+    "test_reduce_log_sum_empty_set_expanded": "a reduction over an empty axis does not give its identity (-inf)",
+    "test_tril_zero": "MindSpore's CPU tril kernel refuses a matrix of width 0",
+    "test_resize_downsample_scales_linear_align_corners": (
+        "align_corners with a non-integral length x scale: torch2ms follows onnxruntime and PyTorch (divide by"
+        " out - 1), ONNX's reference divides by in x scale - 1"
+    ),
+    "test_resize_downsample_scales_cubic_align_corners": (
+        "align_corners with a non-integral length x scale: torch2ms follows onnxruntime and PyTorch (divide by"
+        " out - 1), ONNX's reference divides by in x scale - 1"
+    ),
+    "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded": _ATTENTION,
+    "test_attention_23_fullymasked_qk_matmul_output_mode3_zero_expanded": _ATTENTION,
+}
+
+
+def _param(name: str):
+    if name in KNOWN:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN[name]))
+    return name
+
+
+@pytest.mark.parametrize("case", [_param(c.name) for c in CASES if c.name in DEFAULT])
 def test_case(case, outcomes):
     o = outcomes[case]
     assert o.status in ("pass", "refused"), _explain(o)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c.name for c in CASES])
+@pytest.mark.parametrize("case", [_param(c.name) for c in CASES])
 def test_case_slow(case, outcomes):
     o = outcomes[case]
     assert o.status in ("pass", "refused"), _explain(o)

@@ -55,6 +55,7 @@ class ModelRow:
 COLUMNS: list[tuple[str, str, str]] = [
     ("max rel err", "worst_rel_error", ".2e"),
     ("min cosine", "min_cosine", ".7f"),
+    ("task agreement", "task_agreement", ".4f"),  # the gated figure, as `verify` prints it
     ("task (worst stage)", "task", "s"),
     ("ONNX nodes", "onnx_nodes", "d"),
     ("Conv2dBnAct", "conv2d_bn_act", "d"),
