@@ -120,7 +120,9 @@ def test_packaging_twice_is_byte_identical(tiny_bundle, tmp_path):
 
 def test_package_refuses_a_failed_run(tmp_path, capsys):
     recipe = write_recipe(
-        tmp_path / "t.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999}, preprocess=PREPROCESS
+        tmp_path / "t.yaml",
+        check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999, "noise_factor": 0},
+        preprocess=PREPROCESS,
     )
     assert _cli(["package", "--recipe", str(recipe), "--out", str(tmp_path / "dist")]) == 1
     assert "out of tolerance" in capsys.readouterr().err

@@ -210,7 +210,9 @@ def test_leftover_partial_folder_is_cleaned_and_not_trusted(tmp_path):
 
 
 def test_out_of_tolerance_stage_fails_the_run_and_keeps_its_artifacts(tmp_path):
-    path = write_recipe(tmp_path / "tiny.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999})
+    path = write_recipe(
+        tmp_path / "tiny.yaml", check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999, "noise_factor": 0}
+    )
     result = run(path)
     st = statuses(result)
     assert not result.passed and "failed" in st.values()

@@ -42,21 +42,21 @@ def test_docs_conformance_md_matches_a_full_run(outcomes):
 
 
 def test_table_counts_every_case_once_by_op_and_cause():
-    cases = [c for c in all_cases() if c.op_type in ("Relu", "Acos")]
+    cases = [c for c in all_cases() if c.op_type in ("Relu", "BitCast")]
     outcomes = {}
     for k, c in enumerate(cases):
         if c.op_type == "Relu":
             outcomes[c.name] = Outcome(c.name, c.op_type, "pass", how="converted")
         elif k % 2:
-            outcomes[c.name] = Outcome(c.name, c.op_type, "refused", "Acos: no converter")
+            outcomes[c.name] = Outcome(c.name, c.op_type, "refused", "BitCast: no converter")
         else:
             outcomes[c.name] = Outcome(c.name, c.op_type, "crash", "ValueError: boom")
     text = conformance.render_markdown(cases, outcomes)
     n_relu = sum(c.op_type == "Relu" for c in cases)
-    acos = [outcomes[c.name] for c in cases if c.op_type == "Acos"]
-    n_ref, n_crash = sum(o.status == "refused" for o in acos), sum(o.status == "crash" for o in acos)
+    bitcast = [outcomes[c.name] for c in cases if c.op_type == "BitCast"]
+    n_ref, n_crash = sum(o.status == "refused" for o in bitcast), sum(o.status == "crash" for o in bitcast)
     assert f"| Relu | yes | {n_relu} | {n_relu} | 0 | 0 | 0 |  |" in text
-    assert f"| Acos | no | {len(acos)} | 0 | {n_ref} | 0 | {n_crash} | Acos: no converter ({n_ref}) |" in text
+    assert f"| BitCast | no | {len(bitcast)} | 0 | {n_ref} | 0 | {n_crash} | BitCast: no converter ({n_ref}) |" in text
     assert f"| no converter | {n_ref} |" in text
     assert "| ValueError: boom |" in text  # every crash is listed
     assert conformance.read_fingerprint(text) == conformance.fingerprint(cases)
@@ -68,12 +68,16 @@ def test_cli_writes_the_table_from_a_run(tmp_path, monkeypatch, capsys):
     """`torch2ms ops --conformance` on three cases (monkeypatched in), through the worker processes."""
     from conftest import run_cli
 
-    few = [c for c in all_cases() if c.name in ("test_relu", "test_acos", "test_sequence_insert_at_back")]
+    few = [
+        c
+        for c in all_cases()
+        if c.name in ("test_relu", "test_bitcast_float32_to_int32", "test_sequence_insert_at_back")
+    ]
     monkeypatch.setattr(conformance, "cached_cases", lambda: few)
     target = tmp_path / "conformance.md"
     assert run_cli("ops", "--conformance", "--write", str(target), "--workers", "1") == 0
     text = target.read_text()
-    assert "| 3 | 1 | 1 | 0 | 0 | 2 | 0 | 0 |" in text  # totals: relu passes, acos and the sequence refused
+    assert "| 3 | 1 | 1 | 0 | 0 | 2 | 0 | 0 |" in text  # totals: relu passes, bitcast and the sequence refused
     assert "| sequence or optional value | 1 |" in text and "| no converter | 1 |" in text
     assert run_cli("ops", "--conformance", "--workers", "1") == 0
     assert "3 cases: 1 pass (1 converted), 2 refused, 0 wrong, 0 crash" in capsys.readouterr().out

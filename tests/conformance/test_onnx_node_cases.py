@@ -46,10 +46,6 @@ _ATTENTION = "a fully masked row differs (opset 23 Attention, expanded)"
 KNOWN = {
     "test_pow_types_int32_float32": _POW,
     "test_pow_types_int64_float32": _POW,
-    "test_reduce_max_empty_set": "a reduction over an empty axis does not give its identity (-inf)",
-    "test_reduce_min_empty_set": "a reduction over an empty axis does not give its identity (inf)",
-    "test_reduce_prod_empty_set": "a reduction over an empty axis does not give its identity (1)",
-    "test_reduce_log_sum_empty_set_expanded": "a reduction over an empty axis does not give its identity (-inf)",
     "test_tril_zero": "MindSpore's CPU tril kernel refuses a matrix of width 0",
     "test_resize_downsample_scales_linear_align_corners": (
         "align_corners with a non-integral length x scale: torch2ms follows onnxruntime and PyTorch (divide by"

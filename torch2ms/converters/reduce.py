@@ -17,6 +17,10 @@ TopK breaks ties by the lower index (ONNX); MindSpore's ``ops.topk`` does not (a
 is wrong on uint8), but ``ops.sort`` is stable: TopK is the first k of a sort. ``sorted=0``
 leaves the order to the implementation; it is converted sorted. ArgMax/ArgMin
 ``select_last_index=1`` is the arg of the flipped axis, counted from the end.
+
+A reduction over an axis of length 0 is the reduction's identity (0 for the sums, 1 for the
+product, -inf/+inf for max/min, -inf for the log-sums, NaN for the mean), a constant of the output
+shape: MindSpore's kernels return uninitialised memory there.
 """
 
 from __future__ import annotations
@@ -51,6 +55,20 @@ REDUCTIONS = {
 }
 # Boolean ReduceMax/ReduceMin (opset 20): MindSpore's amax/amin have no bool kernel.
 _BOOL = {"ReduceMax": "ops.any", "ReduceMin": "ops.all"}
+# What a reduction over nothing gives (ONNX: the identity of the reduction).
+_EMPTY = {"ReduceMean": np.nan, "ReduceProd": 1, "ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceLogSum": -np.inf}
+_EMPTY["ReduceLogSumExp"] = -np.inf
+
+
+def _identity(op: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    value = _EMPTY.get(op, 0)
+    if dtype.kind in "iu" and not np.isfinite(value):
+        value = np.iinfo(dtype).min if value < 0 else np.iinfo(dtype).max
+    if dtype == np.bool_:
+        value = op == "ReduceMin"
+    return np.full(shape, value, dtype=dtype)
+
+
 # Float-only by definition (log/exp); ONNX dropped their integer forms at opset 28.
 _FLOAT_ONLY = {"ReduceLogSum", "ReduceLogSumExp"}
 
@@ -74,6 +92,8 @@ def _reduce(op: str, r: Reduction):
                 return f"ops.abs({x})"
             return _wrap(r.after, _wrap(r.before, x))
         dims = tuple(sorted(int(a) % rank for a in axes)) if axes else tuple(range(rank))
+        if any(em.shape(0)[d] == 0 for d in dims):
+            return em.tensor(_identity(op, em.out_dtype(0), em.out_shape(0)), "empty_reduction")
         if dtype == np.bool_ and op in _BOOL:
             return f"{_BOOL[op]}({x}, {dims!r}, {bool(keepdims)})"
         args = f"{_wrap(r.before, x)}, {r.axis_kw}={dims!r}, {r.keep_kw}={bool(keepdims)}"
