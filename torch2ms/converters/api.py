@@ -108,6 +108,13 @@ def ms_dtype(dtype) -> str:
     return MS_DTYPES[name]
 
 
+def squash(values) -> int | tuple:
+    """A per-axis layer argument (kernel, stride, padding ...) as MindSpore layers take it: one int
+    when every axis has the same value, else the tuple."""
+    values = tuple(int(v) for v in values)
+    return values[0] if len(set(values)) == 1 else values
+
+
 def literal(value: Any) -> str:
     """Python source for an attribute value (tuples stay tuples, floats keep their precision)."""
     if isinstance(value, np.ndarray):

@@ -8,6 +8,9 @@ converter passes the layer instead: GELU's string is the tanh approximation (erf
 ``nn.PReLU(C)`` holding the weights). LeakyReLU's alpha is the cell's own ``alpha`` (default 0.2;
 ONNX's is 0.01) where the cell has one (``nn.Dense`` has not: ``nn.LeakyReLU(alpha)``). ELU is
 alpha=1 only and HardSigmoid alpha=1/6, beta=1/2 only: the fusion pass leaves the others out.
+
+The BatchNorm a fused cell holds (``has_bn=True``) comes from the fused node's inputs 3-6 the
+same way for both cells: ``cell_batchnorm``.
 """
 
 from __future__ import annotations
@@ -59,3 +62,27 @@ def cell_activation(
             return {"activation": "leakyrelu", "alpha": float(alpha)}, {}
         return {"activation": Code(f"nn.LeakyReLU({literal(float(alpha))})")}, {}
     return {"activation": CELL_ACTIVATIONS[activation]}, {}
+
+
+BN_INPUTS = ("scale", "bias", "mean", "var")  # the fused node's inputs 3-6 while has_bn
+
+
+def cell_batchnorm(em, momentum: float, epsilon: float, default_momentum: float) -> tuple[dict, dict]:
+    """The fused cell's keyword arguments and ``batchnorm.*`` parameters for its BatchNorm.
+
+    ONNX and MindSpore share the momentum convention (moving = m * moving + (1 - m) * batch;
+    PyTorch's momentum is 1 - m); only the cells' defaults differ (Conv2dBnAct 0.997, DenseBnAct 0.9).
+    """
+    scale, beta, mean, var = (em.require_const(i, n) for i, n in zip(range(3, 7), BN_INPUTS))
+    kw = {"has_bn": True}
+    if abs(momentum - default_momentum) > 1e-7:
+        kw["momentum"] = float(momentum)
+    if abs(epsilon - 1e-5) > 1e-12:
+        kw["eps"] = float(epsilon)
+    params = {
+        "batchnorm.gamma": scale,
+        "batchnorm.beta": beta,
+        "batchnorm.moving_mean": mean,
+        "batchnorm.moving_variance": var,
+    }
+    return kw, params

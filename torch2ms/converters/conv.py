@@ -15,13 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter, ms_dtype
-from torch2ms.converters.cell_activation import cell_activation
-
-
-def _squash(values) -> int | tuple:
-    values = tuple(int(v) for v in values)
-    return values[0] if len(set(values)) == 1 else values
+from torch2ms.converters.api import Unsupported, converter, ms_dtype, squash
+from torch2ms.converters.cell_activation import cell_activation, cell_batchnorm
 
 
 def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad) -> dict:
@@ -46,16 +41,16 @@ def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad) -> dict:
         raise Unsupported(f"auto_pad={auto_pad!r} not supported")
     pads = tuple(pads or (0, 0, 0, 0))
     top, left, bottom, right = pads
-    kw: dict = {"kernel_size": _squash(kernel)}
+    kw: dict = {"kernel_size": squash(kernel)}
     if any(s != 1 for s in strides):
-        kw["stride"] = _squash(strides)
+        kw["stride"] = squash(strides)
     if any(pads):
         kw["pad_mode"] = "pad"
-        kw["padding"] = _squash((top, bottom, left, right))
+        kw["padding"] = squash((top, bottom, left, right))
     else:
         kw["pad_mode"] = "valid"
     if any(d != 1 for d in dilations):
-        kw["dilation"] = _squash(dilations)
+        kw["dilation"] = squash(dilations)
     return kw
 
 
@@ -78,6 +73,18 @@ def explicit_pads(sizes, kernel, strides, dilations, pads, auto_pad: str) -> tup
     return pads[:n], pads[n:]
 
 
+def stride_dilation_group(strides, dilations, group) -> dict:
+    """A MindSpore conv layer's ``stride``/``dilation``/``group`` keywords, where not the default 1."""
+    kw = {}
+    if any(s != 1 for s in strides):
+        kw["stride"] = squash(strides)
+    if any(d != 1 for d in dilations):
+        kw["dilation"] = squash(dilations)
+    if group != 1:
+        kw["group"] = int(group)
+    return kw
+
+
 def _conv_nd(em, x, w, bias, kernel_shape, strides, dilations, pads, auto_pad, group) -> str:
     """A convolution of ``x`` over 1 or 3 spatial axes: nn.Conv1d / nn.Conv3d."""
     n = em.rank(0) - 2
@@ -90,18 +97,13 @@ def _conv_nd(em, x, w, bias, kernel_shape, strides, dilations, pads, auto_pad, g
     if n == 1 and begins != ends:
         x = f"ops.pad({x}, {(begins[0], ends[0])!r})"
     elif any(begins + ends):
-        kw = {"pad_mode": "pad", "padding": begins[0] if n == 1 else _squash([v for p in zip(begins, ends) for v in p])}
-    if any(s != 1 for s in strides):
-        kw["stride"] = _squash(strides)
-    if any(d != 1 for d in dilations):
-        kw["dilation"] = _squash(dilations)
-    if group != 1:
-        kw["group"] = int(group)
+        kw = {"pad_mode": "pad", "padding": begins[0] if n == 1 else squash([v for p in zip(begins, ends) for v in p])}
+    kw.update(stride_dilation_group(strides, dilations, group))
     if bias is not None:
         kw["has_bias"] = True
         params["bias"] = bias
     cls = "nn.Conv1d" if n == 1 else "nn.Conv3d"
-    layer = em.layer(cls, int(em.shape(0)[1]), int(w.shape[0]), _squash(kernel), params=params, **kw)
+    layer = em.layer(cls, int(em.shape(0)[1]), int(w.shape[0]), squash(kernel), params=params, **kw)
     return f"{layer}({x})"
 
 
@@ -231,20 +233,9 @@ def conv_bn_act(
         kw["has_bias"] = True
         params["conv.bias"] = em.require_const(2, "bias")
     if has_bn:
-        scale, beta, mean, var = (em.require_const(i, n) for i, n in zip(range(3, 7), ("scale", "bias", "mean", "var")))
-        # ONNX and MindSpore share the momentum convention (moving = m * moving + (1 - m) * batch);
-        # PyTorch's momentum is 1 - m.
-        kw.update(has_bn=True, momentum=float(momentum))  # nn.Conv2dBnAct's default momentum is 0.997
-        if abs(epsilon - 1e-5) > 1e-12:
-            kw["eps"] = float(epsilon)
-        params.update(
-            {
-                "batchnorm.gamma": scale,
-                "batchnorm.beta": beta,
-                "batchnorm.moving_mean": mean,
-                "batchnorm.moving_variance": var,
-            }
-        )
+        bn_kw, bn_params = cell_batchnorm(em, momentum, epsilon, default_momentum=0.997)
+        kw.update(bn_kw)
+        params.update(bn_params)
     if activation:
         act_kw, act_params = cell_activation(em, activation, alpha, approximate, int(w.shape[0]), "nn.Conv2dBnAct")
         kw.update(act_kw)

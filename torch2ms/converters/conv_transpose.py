@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter
-
-
-def _squash(values) -> int | tuple:
-    values = tuple(int(v) for v in values)
-    return values[0] if len(set(values)) == 1 else values
+from torch2ms.converters.api import Unsupported, converter, squash
+from torch2ms.converters.conv import stride_dilation_group
 
 
 def transpose_pads(em, kernel, strides, dilations, output_padding, pads, auto_pad, output_shape) -> list[int]:
@@ -112,21 +108,16 @@ def conv_transpose(
     bias_outside = bias is not None and any(extra) and n + as_2d == 2  # nn.Conv2dTranspose pads after its bias
     kw: dict = {"pad_mode": "pad" if any(begins + ends + extra) else "valid"}
     if any(begins + ends):
-        kw["padding"] = begins[0] if n == 1 and not as_2d else _squash([v for p in zip(begins, ends) for v in p])
+        kw["padding"] = begins[0] if n == 1 and not as_2d else squash([v for p in zip(begins, ends) for v in p])
     if any(extra):
-        kw["output_padding"] = _squash(extra)
-    if any(s != 1 for s in strides):
-        kw["stride"] = _squash(strides)
-    if any(d != 1 for d in dilations):
-        kw["dilation"] = _squash(dilations)
-    if group != 1:
-        kw["group"] = int(group)
+        kw["output_padding"] = squash(extra)
+    kw.update(stride_dilation_group(strides, dilations, group))
     params = {"weight": w[:, :, None] if n == 1 else w}  # nn.Conv1dTranspose's weight is (C_in, C_out/g, 1, k)
     if bias is not None and not bias_outside:
         kw["has_bias"] = True
         params["bias"] = bias
     cls = {1: "nn.Conv1dTranspose", 2: "nn.Conv2dTranspose", 3: "nn.Conv3dTranspose"}[n + as_2d]
-    layer = em.layer(cls, c_in, c_out, _squash(kernel), params=params, **kw)
+    layer = em.layer(cls, c_in, c_out, squash(kernel), params=params, **kw)
     expr = f"{layer}({x})"
     if bias_outside:
         expr = f"{expr} + {em.tensor(bias.reshape(-1, 1, 1), (em.layer_name or 'deconv') + '_bias')}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter
-from torch2ms.converters.cell_activation import cell_activation
+from torch2ms.converters.cell_activation import cell_activation, cell_batchnorm
 
 
 @converter("Gemm", since=7)
@@ -81,22 +81,9 @@ def linear(em, *, activation="", has_bn=0, epsilon=1e-5, momentum=0.9, alpha=0.0
     if has_bn:
         if em.rank(0) != 2:
             raise Unsupported(f"BatchNorm after a Linear on a rank-{em.rank(0)} input not supported")
-        scale, beta, mean, var = (em.require_const(i, n) for i, n in zip(range(3, 7), ("scale", "bias", "mean", "var")))
-        # nn.DenseBnAct's default momentum is ONNX's 0.9 (PyTorch's is 1 - m).
-        kw["has_bn"] = True
-        if abs(momentum - 0.9) > 1e-7:
-            kw["momentum"] = float(momentum)
-        if abs(epsilon - 1e-5) > 1e-12:
-            kw["eps"] = float(epsilon)
-        params = {f"dense.{k}": v for k, v in dense.items()}
-        params.update(
-            {
-                "batchnorm.gamma": scale,
-                "batchnorm.beta": beta,
-                "batchnorm.moving_mean": mean,
-                "batchnorm.moving_variance": var,
-            }
-        )
+        bn_kw, bn_params = cell_batchnorm(em, momentum, epsilon, default_momentum=0.9)
+        kw.update(bn_kw)
+        params = {f"dense.{k}": v for k, v in dense.items()} | bn_params
     if activation:
         act_kw, act_params = cell_activation(
             em, activation, alpha, approximate, features, "nn.DenseBnAct" if has_bn else "nn.Dense", has_bn

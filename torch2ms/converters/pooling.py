@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype, refuse
+from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype, refuse, squash
 
 _POOL = {"max": "nn.MaxPool{}d", "avg": "nn.AvgPool{}d", "conv": "nn.Conv{}d"}
 
@@ -49,11 +49,6 @@ def same_pads(sizes, kernel, strides, dilations, auto_pad: str) -> list[int]:
         begins.append(small if auto_pad == "SAME_UPPER" else total - small)
         ends.append(total - begins[-1])
     return begins + ends
-
-
-def _squash(values) -> int | tuple:
-    values = tuple(int(v) for v in values)
-    return values[0] if len(set(values)) == 1 else values
 
 
 class Window:
@@ -126,13 +121,13 @@ class Window:
 
 
 def _layer_kwargs(win: Window, pads=True, ceil_mode=0) -> dict:
-    kw: dict = {"kernel_size": _squash(win.kernel)}
+    kw: dict = {"kernel_size": squash(win.kernel)}
     if any(s != 1 for s in win.strides):
-        kw["stride"] = _squash(win.strides)
+        kw["stride"] = squash(win.strides)
     if pads and (any(win.begins) or ceil_mode):
         kw["pad_mode"] = "pad"  # MindSpore refuses ceil_mode with the default pad_mode='valid'
         if any(win.begins):
-            kw["padding"] = _squash(win.begins)
+            kw["padding"] = squash(win.begins)
         if ceil_mode:
             kw["ceil_mode"] = True
     return kw
@@ -156,7 +151,7 @@ def max_pool(
     if any(d != 1 for d in win.dilations) or indices:
         kw["pad_mode"] = "pad"  # MindSpore takes dilation and return_indices with pad_mode='pad' only
     if any(d != 1 for d in win.dilations):
-        kw["dilation"] = _squash(win.dilations)
+        kw["dilation"] = squash(win.dilations)
     if indices:
         kw["return_indices"] = True
     layer = em.layer(_POOL["max"].format(win.n), **kw)
@@ -192,7 +187,7 @@ def _window_mean(em, win: Window, x: str, channels: int) -> str:
     window = int(np.prod(win.kernel))
     shape = (channels, 1, *([1] if win.n == 1 else []), *win.kernel)  # nn.Conv1d's weight is (C, 1, 1, k)
     weight = np.full(shape, 1.0 / window, np.float32)
-    kw = _layer_kwargs(win, pads=False) | {"pad_mode": "valid", "dilation": _squash(win.dilations), "group": channels}
+    kw = _layer_kwargs(win, pads=False) | {"pad_mode": "valid", "dilation": squash(win.dilations), "group": channels}
     kernel = kw.pop("kernel_size")
     layer = em.layer(_POOL["conv"].format(win.n), channels, channels, kernel, params={"weight": weight}, **kw)
     if em.dtype(0) == np.float32:
@@ -334,17 +329,17 @@ def col2im(em, *, dilations=None, pads=None, strides=None):
         return _col2im_scatter(em, image, block, dilations, strides, begins, ends)
     kw = {}
     if any(d != 1 for d in dilations):
-        kw["dilation"] = _squash(dilations)
+        kw["dilation"] = squash(dilations)
     if begins == ends:
         if any(begins):
-            kw["padding"] = _squash(begins)
+            kw["padding"] = squash(begins)
         size = image
     else:  # ops.fold pads both ends alike: fold onto the padded image, then cut the pads off
         size = [i + b + e for i, b, e in zip(image, begins, ends)]
     if any(s != 1 for s in strides):
-        kw["stride"] = _squash(strides)
+        kw["stride"] = squash(strides)
     args = "".join(f", {k}={literal(v)}" for k, v in kw.items())
-    expr = f"ops.fold({em.x(0)}, ms.Tensor({tuple(size)!r}, ms.int32), {_squash(block)!r}{args})"
+    expr = f"ops.fold({em.x(0)}, ms.Tensor({tuple(size)!r}, ms.int32), {squash(block)!r}{args})"
     return expr if begins == ends else expr + _crop(begins, image)
 
 
