@@ -143,14 +143,16 @@ def fuse_chain(
 
 
 @dataclass
-class ConvBnActMatch:
-    conv: Node
+class ChainMatch:
+    layer: Node  # the Conv, Gemm or Linear
     bn: Node | None
     after: ActAfter
 
 
-class FuseConvBnAct(Pass):
-    name = "fuse_conv_bn_act"
+class LayerBnActFusion(Pass):
+    """What the Conv and Dense fusions share: a layer, the BatchNorm after it if any, the
+    activation after that; the chain is recorded (fused or why not) for the coverage figures.
+    Subclasses give ``match``, ``layer_problem`` and ``fuse``."""
 
     def __init__(self, formulas: list[FormulaPattern] = ()) -> None:
         super().__init__()
@@ -161,30 +163,22 @@ class FuseConvBnAct(Pass):
         self.chains = []
         return super().apply(graph)
 
-    def match(self, graph: Graph, node: Node):
-        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
-            return None
-        bn = next((u for u in graph.consumers(node.outputs[0]) if u.op_type == "BatchNormalization"), None)
-        after = activation_after(graph, bn or node, self.formulas)
-        if bn is None and not after.kind:
-            return None
-        return ConvBnActMatch(node, bn, after)
+    def layer_problem(self, graph: Graph, m: ChainMatch) -> str | None:
+        raise NotImplementedError
 
-    def check(self, graph: Graph, m: ConvBnActMatch) -> str | None:
+    def fuse(self, graph: Graph, m: ChainMatch) -> None:
+        raise NotImplementedError
+
+    def check(self, graph: Graph, m: ChainMatch) -> str | None:
         reason = self._why_not(graph, m)
         if reason and m.after.kind:
-            self.chains.append(Chain(m.conv.name, m.after.kind, False, m.after.reason or reason, m.after.supported))
+            self.chains.append(Chain(m.layer.name, m.after.kind, False, m.after.reason or reason, m.after.supported))
         return reason
 
-    def _why_not(self, graph: Graph, m: ConvBnActMatch) -> str | None:
-        if m.bn is not None and _single_consumer(graph, m.conv.outputs[0]) is not m.bn:
-            return "the conv output is used by more than the BatchNormalization"
-        if len(graph.values[m.conv.inputs[0]].shape or ()) != 4:
-            return "not a 2-D convolution"
-        if graph.const(m.conv.inputs[1]) is None or (
-            len(m.conv.inputs) > 2 and m.conv.inputs[2] and graph.const(m.conv.inputs[2]) is None
-        ):
-            return "conv weights are not constant"
+    def _why_not(self, graph: Graph, m: ChainMatch) -> str | None:
+        problem = self.layer_problem(graph, m)
+        if problem:
+            return problem
         if m.bn is not None:
             if batchnorm_in_training(m.bn):
                 return "BatchNormalization in training mode"
@@ -194,10 +188,38 @@ class FuseConvBnAct(Pass):
             return m.after.reason  # no BatchNorm and an activation that cannot join: nothing to fuse
         return None
 
-    def rewrite(self, graph: Graph, m: ConvBnActMatch) -> None:
+    def rewrite(self, graph: Graph, m: ChainMatch) -> None:
         if m.after.kind:
             self.chains.append(
-                Chain(m.conv.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
+                Chain(m.layer.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
             )
-        inputs = (list(m.conv.inputs) + [""] * 3)[:3]
-        fuse_chain(graph, "ConvBnAct", m.conv, m.bn, m.after, inputs, dict(m.conv.attrs), channel_axis=1)
+        self.fuse(graph, m)
+
+
+class FuseConvBnAct(LayerBnActFusion):
+    name = "fuse_conv_bn_act"
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
+            return None
+        bn = next((u for u in graph.consumers(node.outputs[0]) if u.op_type == "BatchNormalization"), None)
+        after = activation_after(graph, bn or node, self.formulas)
+        if bn is None and not after.kind:
+            return None
+        return ChainMatch(node, bn, after)
+
+    def layer_problem(self, graph: Graph, m: ChainMatch) -> str | None:
+        conv = m.layer
+        if m.bn is not None and _single_consumer(graph, conv.outputs[0]) is not m.bn:
+            return "the conv output is used by more than the BatchNormalization"
+        if len(graph.values[conv.inputs[0]].shape or ()) != 4:
+            return "not a 2-D convolution"
+        if graph.const(conv.inputs[1]) is None or (
+            len(conv.inputs) > 2 and conv.inputs[2] and graph.const(conv.inputs[2]) is None
+        ):
+            return "conv weights are not constant"
+        return None
+
+    def fuse(self, graph: Graph, m: ChainMatch) -> None:
+        inputs = (list(m.layer.inputs) + [""] * 3)[:3]
+        fuse_chain(graph, "ConvBnAct", m.layer, m.bn, m.after, inputs, dict(m.layer.attrs), channel_axis=1)

@@ -17,28 +17,17 @@ The fused node's inputs are ``X, W, B?, scale?, bias?, mean?, var?, slope?`` as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.activations import ONNX, FormulaPattern
-from torch2ms.passes.base import Pass
+from torch2ms.passes.activations import ONNX
 from torch2ms.passes.fuse_conv_bn_act import (
-    ActAfter,
-    Chain,
+    ChainMatch,
+    LayerBnActFusion,
     _single_consumer,
     activation_after,
     fuse_chain,
 )
-
-
-@dataclass
-class DenseMatch:
-    layer: Node
-    bn: Node | None
-    after: ActAfter
 
 
 def _gemm_problem(graph: Graph, gemm: Node) -> str | None:
@@ -57,17 +46,8 @@ def _gemm_problem(graph: Graph, gemm: Node) -> str | None:
     return None
 
 
-class FuseDenseBnAct(Pass):
+class FuseDenseBnAct(LayerBnActFusion):
     name = "fuse_dense_bn_act"
-
-    def __init__(self, formulas: list[FormulaPattern] = ()) -> None:
-        super().__init__()
-        self.formulas = list(formulas)
-        self.chains: list[Chain] = []
-
-    def apply(self, graph: Graph) -> int:
-        self.chains = []
-        return super().apply(graph)
 
     def match(self, graph: Graph, node: Node):
         if node.op_type == "Linear" and node.domain == "torch2ms":
@@ -82,27 +62,10 @@ class FuseDenseBnAct(Pass):
         after = activation_after(graph, bn or node, self.formulas, channel_axis=-1)
         if bn is None and not after.kind:
             return None
-        return DenseMatch(node, bn, after)
+        return ChainMatch(node, bn, after)
 
-    def check(self, graph: Graph, m: DenseMatch) -> str | None:
-        reason = self._why_not(graph, m)
-        if reason and m.after.kind:
-            self.chains.append(Chain(m.layer.name, m.after.kind, False, m.after.reason or reason, m.after.supported))
-        return reason
-
-    def _why_not(self, graph: Graph, m: DenseMatch) -> str | None:
-        if m.layer.op_type == "Gemm":
-            problem = _gemm_problem(graph, m.layer)
-            if problem:
-                return problem
-        if m.bn is not None:
-            if batchnorm_in_training(m.bn):
-                return "BatchNormalization in training mode"
-            if any(graph.const(i) is None for i in m.bn.inputs[1:5]):
-                return "BatchNormalization statistics are not constant"
-        elif m.after.act is None:
-            return m.after.reason
-        return None
+    def layer_problem(self, graph: Graph, m: ChainMatch) -> str | None:
+        return _gemm_problem(graph, m.layer) if m.layer.op_type == "Gemm" else None
 
     def _linear_inputs(self, graph: Graph, layer: Node) -> list[str]:
         """``[X, W (in, out), B or ""]`` for a Linear node, or for a Gemm with alpha, beta folded in."""
@@ -121,10 +84,6 @@ class FuseDenseBnAct(Pass):
             bias = graph.add_const(layer.inputs[2] + "_dense", np.ascontiguousarray(c, np.float32))
         return [layer.inputs[0], w_name, bias]
 
-    def rewrite(self, graph: Graph, m: DenseMatch) -> None:
-        if m.after.kind:
-            self.chains.append(
-                Chain(m.layer.name, m.after.kind, m.after.act is not None, m.after.reason, m.after.supported)
-            )
+    def fuse(self, graph: Graph, m: ChainMatch) -> None:
         # has_bn (set by fuse_chain) marks a fused layer: MatMulToLinear's nodes have no attributes
         fuse_chain(graph, "Linear", m.layer, m.bn, m.after, self._linear_inputs(graph, m.layer), {}, channel_axis=None)
