@@ -73,6 +73,13 @@ def f32(*values) -> Const:
     return Const(np.array(values, np.float32))
 
 
+def batchnorm(inp: str, out: str, channels: int, name: str, **attrs) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """A BatchNormalization node with seeded, well-conditioned statistics (gamma, beta, mean, var)."""
+    ranges = {"gamma": (0.5, 1.5), "beta": (-0.5, 0.5), "mean": (-0.5, 0.5), "var": (0.5, 2.0)}
+    inits = [numpy_helper.from_array(rand(channels, seed=len(k), low=lo, high=hi), k) for k, (lo, hi) in ranges.items()]
+    return helper.make_node("BatchNormalization", [inp, *ranges], [out], name=name, **attrs), inits
+
+
 def make_model(
     op_type: str, inputs: list, attrs: dict | None = None, *, opset: int = 17, n_outputs: int = 1, domain: str = ""
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from converters.helpers import check_model, check_op, check_unsupported, const, load, rand, x
+from converters.helpers import batchnorm, check_model, check_op, check_unsupported, const, load, rand, x
 from onnx import TensorProto, helper, numpy_helper
 
 from torch2ms.converters.registry import analyse
@@ -225,23 +225,9 @@ def conv_bn_act_model(
     nodes = [helper.make_node("Conv", conv_in, ["c"], name="/block/conv/Conv", **conv_attrs)]
     last = "c"
     if bn:
-        for name, (lo, hi) in {
-            "gamma": (0.5, 1.5),
-            "beta": (-0.5, 0.5),
-            "mean": (-0.5, 0.5),
-            "var": (0.5, 2.0),
-        }.items():
-            inits.append(numpy_helper.from_array(rand(c_out, seed=len(name), low=lo, high=hi), name))
-        nodes.append(
-            helper.make_node(
-                "BatchNormalization",
-                ["c", "gamma", "beta", "mean", "var"],
-                ["bn"],
-                name="/block/bn/BatchNormalization",
-                epsilon=1e-3,
-                momentum=0.9,
-            )
-        )
+        node, bn_inits = batchnorm("c", "bn", c_out, "/block/bn/BatchNormalization", epsilon=1e-3, momentum=0.9)
+        nodes.append(node)
+        inits += bn_inits
         last = "bn"
     if act:
         more_nodes, more_inits = act_nodes(act, last, "y", c_out)

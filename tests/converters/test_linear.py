@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from converters.helpers import check_model, check_op, check_unsupported, const, rand, x
+from converters.helpers import batchnorm, check_model, check_op, check_unsupported, const, rand, x
 from converters.test_conv import act_nodes
 from onnx import TensorProto, helper, numpy_helper
 
@@ -167,18 +167,9 @@ def dense_model(act, *, layer="Gemm", bn=False, x_shape=(3, 6), n=5, gemm_attrs=
         ]
     last = "h"
     if bn:
-        for name, (lo, hi) in {
-            "gamma": (0.5, 1.5),
-            "beta": (-0.5, 0.5),
-            "mean": (-0.5, 0.5),
-            "var": (0.5, 2.0),
-        }.items():
-            inits.append(numpy_helper.from_array(rand(n, seed=len(name), low=lo, high=hi), name))
-        nodes.append(
-            helper.make_node(
-                "BatchNormalization", ["h", "gamma", "beta", "mean", "var"], ["bn"], name="/bn/BatchNormalization"
-            )
-        )
+        node, bn_inits = batchnorm("h", "bn", n, "/bn/BatchNormalization")
+        nodes.append(node)
+        inits += bn_inits
         last = "bn"
     outputs = ["y"]
     if act:
