@@ -60,3 +60,29 @@ def wide_console(monkeypatch):
 
     monkeypatch.setattr(console, "width", 400)
     monkeypatch.setattr(out_console, "width", 400)
+
+
+BUNDLE_FORBIDDEN = ("torch", "torch2ms", "torchvision", "ultralytics")  # a bundle needs none of them
+
+
+def unpack_bundle(archive: Path, dest: Path) -> Path:
+    from torch2ms.package.archive import safe_extract
+
+    safe_extract(archive, dest)
+    return dest
+
+
+def run_bundle_infer(bundle_dir: Path, *args: str, timeout: int = 300):
+    """The bundle's infer.py in a fresh interpreter where torch, torch2ms, torchvision and
+    Ultralytics cannot be imported (what a board without them sees)."""
+    import os
+    import subprocess
+    import sys
+
+    hide = "; ".join(f"sys.modules[{m!r}] = None" for m in BUNDLE_FORBIDDEN)
+    argv = f"sys.argv = ['infer.py', *{list(args)!r}]"
+    code = f"import sys, runpy; {hide}; {argv}; runpy.run_path('infer.py', run_name='__main__')"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=timeout
+    )

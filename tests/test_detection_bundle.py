@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, run_bundle_infer, unpack_bundle
 
 from torch2ms.cli import main
 from torch2ms.postprocess import yolo
@@ -52,26 +51,6 @@ def bundle(tmp_path_factory):
     assert _cli(argv) == 0
     (archive,) = (d / "dist").glob("yolov8n256-*.tar.gz")
     return recipe, archive, d / "runs" / "yolov8n256"
-
-
-def _unpack(archive: Path, dest: Path) -> Path:
-    from torch2ms.package.archive import safe_extract
-
-    safe_extract(archive, dest)
-    return dest
-
-
-def _run_infer(bundle_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """The bundle's infer.py in a fresh interpreter, torch, torch2ms and ultralytics unimportable."""
-    code = (
-        "import sys, runpy; sys.modules['torch'] = None; sys.modules['torch2ms'] = None; "
-        "sys.modules['ultralytics'] = None; sys.modules['torchvision'] = None; "
-        f"sys.argv = ['infer.py', *{list(args)!r}]; runpy.run_path('infer.py', run_name='__main__')"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def _check_stages(run: Path, kinds=("box_iou",)):
@@ -117,8 +96,8 @@ def test_bundle_holds_the_postprocess_and_verify_reports_detections(bundle, caps
 
 def test_infer_self_check_compares_detections(bundle, tmp_path):
     _, archive, _ = bundle
-    root = _unpack(archive, tmp_path / "b")
-    res = _run_infer(root, "--self-check")
+    root = unpack_bundle(archive, tmp_path / "b")
+    res = run_bundle_infer(root, "--self-check")
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout
     assert "ok   detections:" in res.stdout and " 0 extra" in res.stdout
 
@@ -153,8 +132,8 @@ def test_infer_on_a_photo_gives_ultralytics_boxes(bundle, tmp_path):
     want[:, :4] = ops.scale_boxes((256, 256), want[:, :4], rgb.shape)
     want = want.numpy()
 
-    root = _unpack(archive, tmp_path / "b")
-    res = _run_infer(root, str(photo), "--conf", repr(conf), "--out", str(tmp_path / "det"))
+    root = unpack_bundle(archive, tmp_path / "b")
+    res = run_bundle_infer(root, str(photo), "--conf", repr(conf), "--out", str(tmp_path / "det"))
     assert res.returncode == 0, res.stderr[-2000:]
     got = json.loads((tmp_path / "det.json").read_text())
     dets = got["detections"]

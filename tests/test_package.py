@@ -7,19 +7,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, write_recipe
+from conftest import REPO, run_bundle_infer, unpack_bundle, write_recipe
 
 from torch2ms.cli import main
 from torch2ms.errors import RecipeError
-from torch2ms.package.archive import safe_extract
 from torch2ms.package.build import build_bundle, image_geometry
 from torch2ms.package.targets import aipp_cfg
 from torch2ms.pipeline.runner import Runner
@@ -242,23 +238,6 @@ def test_resize_must_match_the_fixed_input(tmp_path):
 # --- the bundle's infer.py, run alone ---
 
 
-def _unpack(bundle: Path, dest: Path) -> Path:
-    safe_extract(bundle, dest)
-    return dest
-
-
-def _run_infer(bundle_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    """infer.py in a fresh interpreter with torch and torch2ms made unimportable."""
-    code = (
-        "import sys, runpy; sys.modules['torch'] = None; sys.modules['torch2ms'] = None; "
-        f"sys.argv = ['infer.py', *{list(args)!r}]; runpy.run_path('infer.py', run_name='__main__')"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=240
-    )
-
-
 def _test_image(path: Path) -> Path:
     from PIL import Image
 
@@ -291,9 +270,9 @@ def _torch_logits(recipe_path: Path, image: Path) -> np.ndarray:
 @pytest.mark.parametrize("which", ["classification", "segmentation"])
 def test_infer_py_alone_matches_torch_on_an_image(which, tiny_bundle, seg_bundle, tmp_path):
     recipe, bundle = tiny_bundle if which == "classification" else seg_bundle
-    root = _unpack(bundle, tmp_path / "bundle")
+    root = unpack_bundle(bundle, tmp_path / "bundle")
     image = _test_image(tmp_path / "photo.png")
-    res = _run_infer(root, str(image), "--out", str(tmp_path / "pred"))
+    res = run_bundle_infer(root, str(image), "--out", str(tmp_path / "pred"))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "GraphCell" in res.stderr  # no MindSpore Lite here: the documented fallback ran
     got = np.load(tmp_path / "pred.npy")
@@ -318,15 +297,15 @@ def test_infer_py_alone_matches_torch_on_an_image(which, tiny_bundle, seg_bundle
 
 def test_infer_py_self_check_passes(tiny_bundle, tmp_path):
     _, bundle = tiny_bundle
-    root = _unpack(bundle, tmp_path / "bundle")
-    res = _run_infer(root, "--self-check")
+    root = unpack_bundle(bundle, tmp_path / "bundle")
+    res = run_bundle_infer(root, "--self-check")
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout
     assert "ok   output 'output'" in res.stdout and "[2 samples]" in res.stdout
-    assert _run_infer(root, "--self-check", "--rtol", "1e-12").returncode == 1  # a check that can fail
+    assert run_bundle_infer(root, "--self-check", "--rtol", "1e-12").returncode == 1  # a check that can fail
     with np.load(root / "samples" / "reference.npz") as z:
         np.save(tmp_path / "x.npy", z["input.input"][1])
         want = z["output.output"][1]
-    assert _run_infer(root, str(tmp_path / "x.npy"), "--out", str(tmp_path / "y")).returncode == 0
+    assert run_bundle_infer(root, str(tmp_path / "x.npy"), "--out", str(tmp_path / "y")).returncode == 0
     got = np.load(tmp_path / "y.npy")
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
 
