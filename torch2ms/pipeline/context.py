@@ -55,13 +55,15 @@ class RunContext:
     def reference_inputs(self) -> list[dict[str, np.ndarray]]:
         return self.reference()[0]
 
-    def onnx_graph(self, path: Path):
-        """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run)."""
+    def onnx_graph(self, path: Path, batch: dict[str, int] | None = None):
+        """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run); ``batch``
+        overrides dimension 0 of the inputs it names."""
         from torch2ms.graph import load_onnx
         from torch2ms.pipeline.workspace import sha256_file
 
-        key = ("graph", str(path), sha256_file(path))
+        batch = batch or {}
+        key = ("graph", str(path), sha256_file(path), tuple(sorted(batch.items())))
         if key not in self.cache:
-            shapes = {i.name: tuple(i.shape) for i in self.recipe.inputs}
+            shapes = {i.name: (batch.get(i.name, i.shape[0]), *i.shape[1:]) for i in self.recipe.inputs}
             self.cache[key] = load_onnx(path, shapes)
         return copy.deepcopy(self.cache[key])
