@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from torch2ms.pipeline.stage import writer_of
-from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
+from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_reference
 from torch2ms.recipe import Recipe
 
 
@@ -51,6 +51,12 @@ class RunContext:
             arrays = load_npz(self.artifact("reference.npz"))
             self.cache["reference"] = split_reference(arrays)
         return self.cache["reference"]
+
+    def batch_reference(self) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """Batch size -> (inputs, PyTorch's outputs) of one sample per extra ``inputs[].batch`` size."""
+        if "batch_reference" not in self.cache:
+            self.cache["batch_reference"] = split_batches(load_npz(self.artifact("reference.npz")))
+        return self.cache["batch_reference"]
 
     def reference_inputs(self) -> list[dict[str, np.ndarray]]:
         return self.reference()[0]
