@@ -16,7 +16,9 @@ ONNX maps output pixel ``x`` of an axis to the source coordinate (``coordinate_t
 (nearest-exact). The two agree when sizes are given
 or ``in * scale`` is an integer, and differ otherwise (13 * 0.5 -> 6 pixels: ONNX/PyTorch sample
 at 2x + 0.5, MindSpore at 13/6 (x + 0.5) - 0.5). So the converter computes both mappings here and
-writes ``ops.interpolate`` when they agree; otherwise it writes the resize as what it is, a fixed
+writes MindSpore's resize when they agree (on NCHW the ``ops.ResizeBilinearV2`` /
+``ops.ResizeNearestNeighborV2`` primitive ``ops.interpolate`` calls, which, unlike
+``ops.interpolate``, compiles with a dynamic batch); otherwise it writes the resize as what it is, a fixed
 map per axis: linear as ``rows @ x @ cols`` with constant interpolation matrices, nearest as two
 ``ops.gather`` with constant source indices. Coordinates are computed in float32 like
 onnxruntime and PyTorch.
