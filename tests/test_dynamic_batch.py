@@ -166,6 +166,45 @@ def test_a_model_whose_code_cannot_follow_the_batch_is_refused_by_name(tmp_path)
     assert result is None and "hint" in str(err.value)
 
 
+def test_shape_ops_follow_the_batch(tmp_path):
+    """Expand, Split, Reshape from Shape, Resize and a folded ConstantOfShape: checked at batch 3 too."""
+    path = write_recipe(
+        tmp_path / "ops.yaml",
+        name="batchops",
+        task="other",
+        model={"factory": "test_dynamic_batch:batch_ops_net"},
+        inputs=[{"name": "input", "shape": [1, 3, 8, 8], "batch": [1, 3]}],
+    )
+    result = Runner(load_recipe(path), log=lambda m: None).run()
+    assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
+    construct = (result.root / "fold" / "network.py").read_text().split("def construct")[1]
+    # the expanded parameter and torch.zeros(x.shape[0], 6), both folded: stored as one row each
+    assert re.search(r"conv \+ ops\.broadcast_to\(self\.\w+, \(batch, 4, 8, 8\)\)", construct), construct
+    assert re.search(r"fc \+ ops\.broadcast_to\(self\.\w+, \(batch, 6\)\)", construct), construct
+    assert "ops.reshape(" in construct and "(batch, 256)" in construct
+    mindir = next(s.record for s in result.stages if s.stage == "mindir")
+    assert mindir["batches"]["3"]["rel_error"] < 1e-5
+
+
+class _BatchOps(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bias = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
+        self.fc = torch.nn.Linear(4 * 8 * 8, 6)
+
+    def forward(self, x):
+        y = self.conv(x) + self.bias.expand(x.shape[0], 4, 8, 8)
+        a, b = torch.split(y, [1, 3], dim=1)
+        y = torch.cat([b, a * 2], 1)
+        y = torch.nn.functional.interpolate(y, size=(16, 16), mode="nearest")[:, :, ::2, ::2]
+        return self.fc(y.reshape(x.shape[0], -1)) + torch.zeros(x.shape[0], 6)
+
+
+def batch_ops_net():
+    return _BatchOps()
+
+
 class _FixedBatch(torch.nn.Module):
     """Adds a constant of the export's batch (a stored tensor of shape 1x3x8x8): the code cannot follow."""
 

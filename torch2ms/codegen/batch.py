@@ -130,18 +130,49 @@ def merge(expr: str, other: str, batch: int, other_batch: int, name: str, where:
     return expr, True
 
 
+def batch_row(first: np.ndarray, other: np.ndarray) -> np.ndarray | None:
+    """A folded constant whose shape moves with the batch (``torch.zeros(x.shape[0], 4)``, an
+    ``expand`` to the input's batch): its first slice along the axes that move, when the constant
+    repeats it along them at both sizes (then ``ops.broadcast_to`` of that slice rebuilds it at
+    any batch); else None."""
+    if first.ndim != other.ndim or first.dtype != other.dtype:
+        return None
+    axes = tuple(k for k, (a, b) in enumerate(zip(first.shape, other.shape)) if a != b)
+    if not axes or any(first.shape[k] == 0 for k in axes):
+        return None
+    index = tuple(slice(0, 1) if k in axes else slice(None) for k in range(first.ndim))
+    row = first[index]
+    if not np.array_equal(row, other[index]):
+        return None
+    if not (
+        np.array_equal(np.broadcast_to(row, first.shape), first)
+        and np.array_equal(np.broadcast_to(row, other.shape), other)
+    ):
+        return None
+    return np.ascontiguousarray(row)
+
+
 class Recorder:
     """Wraps the code builder during the first conversion of a node and logs what the emitter
-    declared (stored tensors, layers, helper definitions) with the names it got back."""
+    declared (stored tensors, layers, helper definitions) with the names it got back. A folded
+    constant whose shape moves with the batch is stored as one slice and broadcast (``batch_row``)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, other: Graph):
         self.inner = inner
+        self.other = other
         self.log: list[tuple] = []
 
     def var(self, value: str) -> str:
         return self.inner.var(value)
 
     def const_expr(self, value: Value) -> str:
+        twin = self.other.values.get(value.name)
+        if not _scalar(value) and twin is not None and twin.const is not None and twin.const.shape != value.const.shape:
+            row = batch_row(value.const, twin.const)
+            if row is not None:
+                name = self.inner.tensor(row, value.name)
+                self.log.append(("broadcast", row, name))
+                return f"ops.broadcast_to({name}, {tuple(value.const.shape)!r})"
         out = self.inner.const_expr(value)
         if not _scalar(value):
             self.log.append(("tensor", value.const, out))
@@ -184,6 +215,9 @@ class Replay:
     def const_expr(self, value: Value) -> str:
         if _scalar(value):
             return literal(value.const.item())
+        if self.log and self.log[0][0] == "broadcast":
+            row, name = self._next("broadcast", "a constant")
+            return f"ops.broadcast_to({name}, {tuple(value.const.shape)!r})"
         return self.tensor(value.const, value.name)
 
     def tensor(self, array, hint) -> str:

@@ -168,7 +168,7 @@ class CodeBuilder:
         in terms of it (``torch2ms.codegen.batch``)."""
         b = self.batch
         where = f"{node.op_type} node {node.name!r}"
-        recorder = Recorder(self)
+        recorder = Recorder(self, b.graph)
         em = Emitter(self.graph, node, recorder)
         expr = call_converter(reg, em, node)
         other = b.node_for(node)
