@@ -10,6 +10,7 @@ from pathlib import Path
 
 from torch2ms.codegen.batch import BatchDependent, BatchVariant, same_structure
 from torch2ms.codegen.builder import CodeBuilder, GeneratedNetwork, class_name_for, header_for
+from torch2ms.converters.api import Unsupported
 from torch2ms.converters.registry import Problem, analyse, format_problems
 from torch2ms.errors import OnnxError, UnsupportedOpsError
 from torch2ms.graph.ir import Graph
@@ -91,7 +92,7 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
         second = ctx.onnx_graph(onnx_path, {i.name: other for i in batched})
         run_passes(second, passes)
         same_structure(graph, second, first, other)
-    except (OnnxError, BatchDependent) as err:
+    except (OnnxError, BatchDependent, Unsupported, ValueError) as err:  # a pass refusing the other shapes
         if listed:
             raise batch_error(onnx_path.name, f"at batch {other}: {err}") from None
         return None, f"at batch {other}: {err}"

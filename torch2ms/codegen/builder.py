@@ -175,7 +175,7 @@ class CodeBuilder:
         replay = Replay(self, recorder.log, where, (b.batch, b.other))
         try:
             other_expr = call_converter(reg, Emitter(b.graph, other, replay), other)
-        except Unsupported as err:
+        except (Unsupported, ValueError, IndexError, KeyError) as err:  # a converter given the other shapes
             raise BatchDependent(f"{where}: converts at batch {b.batch} but not at batch {b.other}: {err}") from None
         replay.done()
         expr, used = merge(expr, other_expr, b.batch, b.other, self.batch_var, where)
