@@ -4,6 +4,7 @@ against PyTorch. Plus the pieces: the batch-literal rewrite, the targets' refusa
 
 from __future__ import annotations
 
+import json
 import re
 import tarfile
 
@@ -122,6 +123,9 @@ def test_bundle_carries_the_board_tools_settings(batch_bundle):
         atc = tar.extractfile("targets/atlas-200i-dk-a2/atc.sh").read().decode()
         cfg = tar.extractfile("targets/atlas-200i-dk-a2/converter_lite.cfg").read().decode()
         lite = tar.extractfile("targets/atlas-200i-dk-a2/converter_lite.sh").read().decode()
+        warnings = json.loads(tar.extractfile("compatibility.json").read())["warnings"]
+    # the served batch is not the "fix it at export time" kind of dynamic shape
+    assert not [w for w in warnings if "dynamic shape" in w], warnings
     assert '--input_shape="input:-1,3,32,32"' in atc and '--dynamic_batch_size="1,2,4"' in atc
     assert "input_shape=input:[-1,3,32,32]\ndynamic_dims=[1],[2],[4]\n" in cfg
     assert "--inputShape" not in lite  # converter_lite takes a dynamic batch's shape from the config
@@ -140,7 +144,6 @@ def test_verify_fails_when_a_batch_size_is_wrong(batch_bundle, tmp_path):
     arrays["batch4.output.output"] = arrays["batch4.output.output"] + 1.0
     import hashlib
     import io
-    import json
 
     buf = io.BytesIO()
     np.savez(buf, **arrays)
