@@ -55,6 +55,40 @@ def test_bad_shapes_are_rejected(shape, tmp_path):
         parse_recipe(_with("inputs", [{"name": "input", "shape": shape}]), "r.yaml", tmp_path)
 
 
+def test_batch_sizes_single_or_list(tmp_path):
+    one = parse_recipe(_with("inputs", [{"name": "input", "shape": [2, 3, 8, 8], "batch": 2}]), "r.yaml", tmp_path)
+    assert one.batch_sizes() is None and one.inputs[0].batch_sizes() == (2,)
+    many = parse_recipe(_with("inputs", [{"name": "input", "shape": [1, 3, 8, 8], "batch": [8, 1, 4]}]), "r.yaml")
+    assert many.batch_sizes() == (1, 4, 8)
+    assert parse_recipe(BASE, "r.yaml").batch_sizes() is None
+
+
+@pytest.mark.parametrize(
+    "batch, expect",
+    [
+        ([0, 1], r"inputs\.0\.batch: .*integers from 1 to 2048.*\[0\]"),
+        ([1, 4096], r"inputs\.0\.batch: .*integers from 1 to 2048.*\[4096\]"),
+        ([1, 2, 2], r"inputs\.0\.batch: .*lists a size twice"),
+        ([], r"inputs\.0\.batch: .*an empty list"),
+        ([2, 4], r"inputs\.0: .*batch \[2, 4\] does not include shape\[0\]=1"),
+        (4, r"inputs\.0: .*batch \[4\] does not include shape\[0\]=1"),
+        ("many", r"inputs\.0\.batch"),
+    ],
+)
+def test_bad_batch_values_are_named(batch, expect, tmp_path):
+    with pytest.raises(RecipeError, match=expect):
+        parse_recipe(_with("inputs", [{"name": "input", "shape": [1, 3, 8, 8], "batch": batch}]), "r.yaml", tmp_path)
+
+
+def test_inputs_with_different_batch_lists_are_refused(tmp_path):
+    inputs = [
+        {"name": "a", "shape": [1, 3, 8, 8], "batch": [1, 2]},
+        {"name": "b", "shape": [1, 4], "batch": [1, 4]},
+    ]
+    with pytest.raises(RecipeError, match=r"inputs list different batch sizes \(\[1, 2\] vs \[1, 4\]\)"):
+        parse_recipe(_with("inputs", inputs), "r.yaml", tmp_path)
+
+
 def test_missing_required_fields_are_listed_together(tmp_path):
     with pytest.raises(RecipeError) as err:
         parse_recipe({"name": "m"}, "r.yaml", tmp_path)

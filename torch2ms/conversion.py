@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from torch2ms.codegen.batch import BatchDependent, BatchVariant, same_structure
 from torch2ms.codegen.builder import CodeBuilder, GeneratedNetwork, class_name_for, header_for
+from torch2ms.converters.api import Unsupported
 from torch2ms.converters.registry import Problem, analyse, format_problems
-from torch2ms.errors import UnsupportedOpsError
+from torch2ms.errors import OnnxError, UnsupportedOpsError
 from torch2ms.graph.ir import Graph
 from torch2ms.passes import Pass, fold_passes, fusion_counts, rebuild_passes, run_passes
 
@@ -35,13 +37,66 @@ def find_problems(graph: Graph, fuse_conv_bn_act: bool = True, fold: bool = True
     return problems
 
 
-def convert_graph(graph: Graph, class_name: str, source: str, sha: str, recipe_name: str) -> GeneratedNetwork:
-    """Analyse every node, then generate code; raises UnsupportedOpsError listing all problems."""
+def convert_graph(
+    graph: Graph,
+    class_name: str,
+    source: str,
+    sha: str,
+    recipe_name: str,
+    batch: BatchVariant | None = None,
+    batch_required: bool = False,
+) -> GeneratedNetwork:
+    """Analyse every node, then generate code; raises UnsupportedOpsError listing all problems.
+
+    With ``batch`` (the graph at a second batch size) the sizes that carry the batch are written
+    in terms of the input's (``torch2ms.codegen.batch``). Where that is impossible the code keeps
+    static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error."""
     problems = analyse(graph)
     if problems:
         raise UnsupportedOpsError(format_problems(problems, source, graph.opset), problems)
     header = header_for(class_name, source, sha, graph.opset, recipe_name, CONVENTIONS)
-    return CodeBuilder(graph, class_name).build(header)
+    if batch is None:
+        return CodeBuilder(graph, class_name).build(header)
+    try:
+        return CodeBuilder(graph, class_name, batch).build(header)
+    except BatchDependent as err:
+        if batch_required:
+            raise batch_error(source, str(err)) from None
+        net = CodeBuilder(graph, class_name).build(header)
+        net.batch_note = str(err)
+        return net
+
+
+def batch_error(source: str, reason: str) -> OnnxError:
+    return OnnxError(
+        f"{source}: the network cannot serve several batch sizes: {reason}",
+        hint="compute sizes from the input (x.shape[0], torch.flatten) rather than writing the batch as a number, "
+        "or drop inputs[].batch",
+    )
+
+
+def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tuple[BatchVariant | None, str | None]:
+    """The recipe's ONNX loaded at batch ``shape[0] + 1`` and run through ``passes``, to tell the
+    sizes that carry the batch from the others; ``(None, reason)`` when the model does not take
+    another batch (an error when the recipe lists batch sizes)."""
+    recipe = ctx.recipe
+    listed = recipe.batch_sizes()
+    batched = [i for i in recipe.inputs if len(i.shape) > 1 and (len(i.batch_sizes()) > 1 or not listed)]
+    if not batched:
+        return None, "no input has a batch dimension"
+    first = batched[0].shape[0]
+    other = first + 1
+    try:
+        if any(i.shape[0] != first for i in batched):
+            raise BatchDependent(f"the inputs have different batch sizes ({[i.shape[0] for i in batched]})")
+        second = ctx.onnx_graph(onnx_path, {i.name: other for i in batched})
+        run_passes(second, passes)
+        same_structure(graph, second, first, other)
+    except (OnnxError, BatchDependent, Unsupported, ValueError) as err:  # a pass refusing the other shapes
+        if listed:
+            raise batch_error(onnx_path.name, f"at batch {other}: {err}") from None
+        return None, f"at batch {other}: {err}"
+    return BatchVariant(second, first, other, batched[0].name), None
 
 
 def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
@@ -54,7 +109,16 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     onnx_path = ctx.artifact("model.onnx")
     graph = ctx.onnx_graph(onnx_path)
     fired = run_passes(graph, passes)
-    net = convert_graph(graph, class_name_for(ctx.recipe.name), "model.onnx", sha256_file(onnx_path), ctx.recipe.name)
+    batch, note = batch_variant(ctx, onnx_path, graph, passes)
+    net = convert_graph(
+        graph,
+        class_name_for(ctx.recipe.name),
+        "model.onnx",
+        sha256_file(onnx_path),
+        ctx.recipe.name,
+        batch,
+        batch_required=ctx.recipe.batch_sizes() is not None,
+    )
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     atomic_write_text(out / "network.py", net.source)
@@ -76,6 +140,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "graph_ops": graph.op_counts(),
         "layers": layers,
         "parameters": len(net.params),
+        # whether the code follows the input's batch (`batch = x.shape[0]`), or why it keeps static sizes
+        "batch": {"follows_input": net.batch_source, "static_because": note or net.batch_note},
     }
     write_json(out / "conversion.json", counts)
     return StageOutput(outputs, counts=counts)

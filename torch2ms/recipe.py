@@ -46,6 +46,8 @@ class ModelSpec(_Strict):
         return v
 
 
+# The largest batch size ATC accepts in --dynamic_batch_size (CANN ATC docs: each size in [1, 2048]).
+MAX_BATCH = 2048
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 SKIMAGE_PREFIX = "skimage:"
 
@@ -59,6 +61,11 @@ class InputSpec(_Strict):
         description="sample data, one entry per sample from sample 0 on: a .npy of this shape, an image file "
         "(preprocessed like the bundle's infer.py does) or 'skimage:<name>' (a photo scikit-image ships, e.g. "
         "skimage:astronaut)",
+    )
+    batch: int | tuple[int, ...] | None = Field(
+        default=None,
+        description="the batch sizes the bundle serves, e.g. [1, 2, 4, 8] (dimension 0; shape[0], the batch "
+        "the reference samples are made at, must be one of them); a single value is shape[0], as without it",
     )
 
     @field_validator("shape")
@@ -80,6 +87,36 @@ class InputSpec(_Strict):
                     f"{entry!r}: expected a .npy file, an image ({', '.join(IMAGE_SUFFIXES)}) or 'skimage:<name>'"
                 )
         return v
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_values(cls, v):
+        sizes = (v,) if isinstance(v, int) else v
+        if sizes is not None:
+            if not sizes:
+                raise ValueError("an empty list: give the batch sizes to serve, e.g. [1, 2, 4, 8]")
+            bad = [b for b in sizes if isinstance(b, bool) or b < 1 or b > MAX_BATCH]
+            if bad:
+                raise ValueError(f"batch sizes are integers from 1 to {MAX_BATCH} (ATC's limit), got {bad}")
+            if len(set(sizes)) != len(sizes):
+                raise ValueError(f"{list(sizes)} lists a size twice")
+        return v
+
+    @model_validator(mode="after")
+    def _batch_holds_shape(self):
+        sizes = self.batch_sizes()
+        if self.shape[0] not in sizes:
+            raise ValueError(
+                f"batch {list(sizes)} does not include shape[0]={self.shape[0]}, the batch the reference samples "
+                f"are made at: add it, or set shape[0] to one of them"
+            )
+        return self
+
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes this input is served at, ascending (``(shape[0],)`` without ``batch``)."""
+        if self.batch is None:
+            return (self.shape[0],)
+        return tuple(sorted((self.batch,) if isinstance(self.batch, int) else self.batch))
 
     def data_sources(self) -> tuple[str, ...]:
         return (self.data,) if isinstance(self.data, str) else tuple(self.data or ())
@@ -227,6 +264,24 @@ class Recipe(_Strict):
         if self.task == "detection" and self.class_names is not None:
             raise ValueError("task: detection takes its class names in postprocess.class_names")
         return self
+
+    @model_validator(mode="after")
+    def _one_batch_list(self):
+        lists = {i.batch_sizes() for i in self.inputs if len(i.batch_sizes()) > 1}
+        if len(lists) > 1:
+            raise ValueError(
+                f"inputs list different batch sizes ({' vs '.join(str(list(s)) for s in sorted(lists))}): the board "
+                "tools take one list for every input whose dimension 0 is the batch"
+            )
+        return self
+
+    def batch_sizes(self) -> tuple[int, ...] | None:
+        """The batch sizes a dynamic-batch bundle serves (``inputs[].batch`` with more than one size),
+        or None: the network is served at the recipe's shapes only."""
+        for i in self.inputs:
+            if len(i.batch_sizes()) > 1:
+                return i.batch_sizes()
+        return None
 
     def resolve(self, path: str) -> Path:
         p = Path(path)

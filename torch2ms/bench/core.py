@@ -102,7 +102,9 @@ def machine_info() -> dict:
 
 def batch_recipe(recipe: Recipe, batch: int) -> Recipe:
     """The recipe with every input's leading dimension set to ``batch`` (a new run name)."""
-    inputs = tuple(i.model_copy(update={"shape": (batch, *i.shape[1:]), "data": None}) for i in recipe.inputs)
+    inputs = tuple(
+        i.model_copy(update={"shape": (batch, *i.shape[1:]), "data": None, "batch": None}) for i in recipe.inputs
+    )
     return recipe.model_copy(
         update={
             "name": f"{recipe.name}_b{batch}",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from torch2ms import __version__
+from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
@@ -62,14 +63,20 @@ class GeneratedNetwork:
     params: dict[str, np.ndarray]
     tensor_map: list[dict]
     layer_counts: dict[str, int]
+    # the input whose dimension 0 every batch-carrying size follows (None: the code has no batch size in it)
+    batch_source: str | None = None
+    batch_note: str | None = None  # why the code keeps the batch as a number (it could not follow the input)
 
 
 class CodeBuilder:
     """Generates one ``nn.Cell`` from a graph; the ``Sink`` its converters' emitters write into."""
 
-    def __init__(self, graph: Graph, class_name: str = "Network"):
+    def __init__(self, graph: Graph, class_name: str = "Network", batch: BatchVariant | None = None):
         self.graph = graph
         self.class_name = class_name
+        # ``batch``: the same graph at another batch size; sizes that move with it become ``batch * a + c``
+        self.batch = batch
+        self.batch_used = False
         self.attr_names = Namer()
         self.var_names = Namer()
         self.layers: list[tuple[str, Call]] = []
@@ -82,6 +89,7 @@ class CodeBuilder:
         self.definitions: dict[str, str] = {}  # module-level helpers (Emitter.define), in order
         for name in graph.inputs:
             self.var_of[name] = self.var_names(name)
+        self.batch_var = self.var_names("batch") if batch is not None else None
 
     # --- naming ---
     def _hint(self, node: Node) -> str:
@@ -140,8 +148,11 @@ class CodeBuilder:
         reg = lookup(node.op_type, self.graph.opset, node.domain)
         if reg is None:
             raise Unsupported("no converter")
-        em = Emitter(self.graph, node, self)
-        expr = call_converter(reg, em, node)
+        if self.batch is None:
+            em = Emitter(self.graph, node, self)
+            expr = call_converter(reg, em, node)
+        else:
+            em, expr = self._emit_batch_agnostic(reg, node)
         targets = []
         for j, out in enumerate(node.outputs):
             if not out or self.graph.use_count(out) == 0:
@@ -152,6 +163,25 @@ class CodeBuilder:
             targets.append(var)
         self.statements.append(Statement(targets, expr, node))
 
+    def _emit_batch_agnostic(self, reg, node: Node) -> tuple[Emitter, str]:
+        """Convert ``node`` against both graphs and write the sizes that move with the batch
+        in terms of it (``torch2ms.codegen.batch``)."""
+        b = self.batch
+        where = f"{node.op_type} node {node.name!r}"
+        recorder = Recorder(self, b.graph)
+        em = Emitter(self.graph, node, recorder)
+        expr = call_converter(reg, em, node)
+        other = b.node_for(node)
+        replay = Replay(self, recorder.log, where, (b.batch, b.other))
+        try:
+            other_expr = call_converter(reg, Emitter(b.graph, other, replay), other)
+        except (Unsupported, ValueError, IndexError, KeyError) as err:  # a converter given the other shapes
+            raise BatchDependent(f"{where}: converts at batch {b.batch} but not at batch {b.other}: {err}") from None
+        replay.done()
+        expr, used = merge(expr, other_expr, b.batch, b.other, self.batch_var, where)
+        self.batch_used |= used
+        return em, expr
+
     def build(self, header: str) -> GeneratedNetwork:
         for node in self.graph.nodes:
             self.emit_node(node)
@@ -161,6 +191,11 @@ class CodeBuilder:
             if o not in self.var_of and self.graph.values[o].const.size == 0:
                 raise Unsupported(f"output {o!r} is an empty constant (MindSpore stores no empty Parameter)")
         self.returns = [self.var_of.get(o) or self.tensor(self.graph.values[o].const, o) for o in self.graph.outputs]
+        if self.batch is not None:
+            for o in self.graph.outputs:
+                first, other = self.graph.values[o].const, self.batch.graph.values[o].const
+                if first is not None and (other is None or not np.array_equal(first, other)):
+                    raise BatchDependent(f"output {o!r} is a constant that depends on the batch")
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:
@@ -197,6 +232,8 @@ class CodeBuilder:
             out.append(f"        self.{name} = {decl}")
         args = ", ".join(["self"] + [self.var_of[n] for n in self.graph.inputs])
         out += ["", f"    def construct({args}):"]
+        if self.batch_used:
+            out.append(f"        {self.batch_var} = {self.var_of[self.batch.source]}.shape[0]")
         tensor_map = []
         for st in self.statements:
             lhs = ", ".join(st.targets)
@@ -235,7 +272,10 @@ class CodeBuilder:
         counts: dict[str, int] = {}
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
-        return GeneratedNetwork("\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())))
+        source = self.batch.source if self.batch_used else None
+        return GeneratedNetwork(
+            "\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source
+        )
 
 
 def class_name_for(name: str) -> str:

@@ -26,8 +26,11 @@ def bench(
     runs: int = typer.Option(30, "--runs", min=1, help="timed rounds (each calls every variant once)"),
     warmup: int = typer.Option(5, "--warmup", min=0, help="untimed rounds first"),
     threads: int = typer.Option(2, "--threads", min=1, help="threads for every framework"),
-    batch: str = typer.Option(
-        "1", "--batch", help="batch sizes, e.g. 1,4 (other than the recipe's: re-exported at that batch)"
+    batch: str | None = typer.Option(
+        None,
+        "--batch",
+        help="batch sizes, e.g. 1,4 (other than the recipe's: re-exported at that batch); default: the recipe's "
+        "inputs[].batch, else 1",
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
     variants: str | None = typer.Option(
@@ -54,7 +57,7 @@ def bench(
         runs=runs,
         warmup=warmup,
         threads=threads,
-        batches=_batches(batch),
+        batches=_batches(batch) if batch is not None else (r.batch_sizes() or (1,)),
         out_root=out,
         variants=keys,
         memory=not no_memory,

@@ -86,9 +86,10 @@ def verify(
             "bundle",
             highlight=False,
         )
+    sizes = f" and at batch {', '.join(map(str, res.batches))}" if res.batches else ""
     out_console.print(
         f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} "
-        "samples "
+        f"samples{sizes} "
         f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']})",
         highlight=False,
     )

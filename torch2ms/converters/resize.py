@@ -16,7 +16,9 @@ ONNX maps output pixel ``x`` of an axis to the source coordinate (``coordinate_t
 (nearest-exact). The two agree when sizes are given
 or ``in * scale`` is an integer, and differ otherwise (13 * 0.5 -> 6 pixels: ONNX/PyTorch sample
 at 2x + 0.5, MindSpore at 13/6 (x + 0.5) - 0.5). So the converter computes both mappings here and
-writes ``ops.interpolate`` when they agree; otherwise it writes the resize as what it is, a fixed
+writes MindSpore's resize when they agree (on NCHW the ``ops.ResizeBilinearV2`` /
+``ops.ResizeNearestNeighborV2`` primitive ``ops.interpolate`` calls, which, unlike
+``ops.interpolate``, compiles with a dynamic batch); otherwise it writes the resize as what it is, a fixed
 map per axis: linear as ``rows @ x @ cols`` with constant interpolation matrices, nearest as two
 ``ops.gather`` with constant source indices. Coordinates are computed in float32 like
 onnxruntime and PyTorch.
@@ -266,7 +268,7 @@ def resize(
         clamped = [np.clip(c, 0, n - 1) for c, n in zip(coords, in_hw)]
         for align in (ctm == "align_corners", ctm != "align_corners"):
             if all(_same_coordinates(c, _ms_bilinear(n, m, align), n) for c, n, m in zip(clamped, in_hw, size)):
-                return f'ops.interpolate({x}, size={size!r}, mode="bilinear", align_corners={align})'
+                return _bilinear(x, size, align)
         rows, cols = (linear_matrix(c, n) for c, n in zip(coords, in_hw))
         return _matrices(em, x, rows, cols)
     idx = [nearest_indices(c, nearest_mode, n) for c, n in zip(coords, in_hw)]
@@ -274,8 +276,26 @@ def resize(
         return _gathers(em, x, idx, in_hw)  # ResizeNearestNeighborV2 on CPU takes floats and uint8 only
     for ms_mode in ("nearest", "nearest-exact"):
         if all(np.array_equal(i, _ms_nearest(n, m, ms_mode == "nearest-exact")) for i, n, m in zip(idx, in_hw, size)):
-            return f'ops.interpolate({x}, size={size!r}, mode="{ms_mode}")'
+            return _nearest(x, size, ms_mode)
     return _gathers(em, x, idx, in_hw)
+
+
+def _bilinear(x: str, size: tuple[int, ...], align: bool) -> str:
+    """MindSpore's bilinear resize; on NCHW the primitive ``ops.interpolate`` calls, because
+    ``ops.interpolate`` itself fails to compile when the batch is dynamic (MindSpore 2.10: it looks
+    its options up by ``F.rank(x)``, which is then not a constant)."""
+    if len(size) != 2:
+        return f'ops.interpolate({x}, size={size!r}, mode="bilinear", align_corners={align})'
+    return f"ops.ResizeBilinearV2(align_corners={align}, half_pixel_centers={not align})({x}, {size!r})"
+
+
+def _nearest(x: str, size: tuple[int, ...], ms_mode: str) -> str:
+    """``ops.interpolate``'s nearest / nearest-exact; its primitive on NCHW (see ``_bilinear``)."""
+    if len(size) != 2:
+        return f'ops.interpolate({x}, size={size!r}, mode="{ms_mode}")'
+    exact = ms_mode == "nearest-exact"
+    kwargs = "half_pixel_centers=True" if exact else ""
+    return f"ops.ResizeNearestNeighborV2({kwargs})({x}, ops.tuple_to_array({size!r}))"
 
 
 @converter("Upsample", since=7)

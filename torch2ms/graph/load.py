@@ -359,6 +359,7 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
         shape_nodes.append(helper.make_node("Shape", [name], [s], name=f"__t2ms_shape_node_{k}"))
         wanted.append(("shape", name, s))
     why = "onnxruntime (which torch2ms runs to infer static shapes and fold constants)"
+    model = _relaxed(model, {name: graph.values[name].shape for name in graph.inputs})
     try:
         sess = session_with_outputs(model, [w[2] for w in wanted], shape_nodes)
     except Exception as err:
@@ -410,6 +411,30 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
             f"{source}: MindSpore has no tensor type for " + "; ".join(lacking),
             hint="MindSpore tensors are float16/32/64, bfloat16, (u)int8/16/32/64 or bool",
         )
+
+
+def _relaxed(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """``model`` with the input dimensions that ``shapes`` overrides made symbolic, so onnxruntime
+    takes inputs of another size than the export's (the graph at a second batch size: see
+    ``torch2ms.codegen.batch``); the inferred shapes it keeps (value_info) are dropped with them."""
+    changed = False
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        shape = shapes.get(vi.name)
+        dims = vi.type.tensor_type.shape.dim
+        if shape is None or len(dims) != len(shape):
+            continue
+        for k, (d, want) in enumerate(zip(dims, shape)):
+            if d.HasField("dim_value") and d.dim_value != want:
+                d.dim_param = f"{vi.name}_dim{k}"
+                changed = True
+    if not changed:
+        return model
+    del m.graph.value_info[:]
+    for vi in m.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    return m
 
 
 def _first_line(err: BaseException) -> str:

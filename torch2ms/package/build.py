@@ -217,8 +217,10 @@ def build_bundle(
     ]
     inputs = [
         {"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "layout": "NCHW" if len(i.shape) == 4 else "ND"}
+        | ({"batch": list(i.batch_sizes())} if len(i.batch_sizes()) > 1 else {})
         for i in recipe.inputs
     ]
+    targets.check_batch(target, inputs)
 
     pre = recipe.preprocess
     preprocess = {
@@ -261,7 +263,7 @@ def build_bundle(
         f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
             target, recipe.name, inputs, precision, fp32_outputs=detecting
         ).encode(),
-        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision).encode(),
+        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision, inputs).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
             target, recipe.name, inputs, precision, with_aipp=is_image, fp32_outputs=detecting
         ).encode(),

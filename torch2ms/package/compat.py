@@ -5,7 +5,8 @@
   operator lists and ATC restrictions). It is a heuristic: the ATC / converter_lite log on the
   board is authoritative. Every hit is listed with its count and the first node.
 * **Dynamic shapes.** Static OM compilation needs fixed dimensions; any symbolic dimension on a
-  graph input or output is reported.
+  graph input or output is reported, except dimension 0 when an input's is named ``batch``: the
+  export's for ``inputs[].batch``, compiled as batch profiles (ATC ``--dynamic_batch_size``).
 * **Host-only fused kernels.** Graph-kernel fusion (AKG) builds kernels for the exporting host's
   CPU; they must not be in the MindIR. The mindir stage exports without graph-kernel fusion;
   this checks it by scanning the MindIR's operator and function names for fusion markers.
@@ -81,10 +82,18 @@ def scan_onnx(path: Path) -> dict:
                 {"where": "onnx", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why}
             )
     dynamic = []
+    # dimension 0 named "batch" on an input is inputs[].batch's, served by batch profiles (atc.sh,
+    # converter_lite.cfg); the outputs' dimension 0 follows it, whatever the exporter named it
+    batched = any(
+        v.type.tensor_type.shape.dim and v.type.tensor_type.shape.dim[0].dim_param == "batch" for v in m.graph.input
+    )
     for kind, vals in (("input", m.graph.input), ("output", m.graph.output)):
         for v in vals:
             dims = v.type.tensor_type.shape.dim
-            if any(d.dim_param or d.dim_value <= 0 for d in dims):
+            if any(
+                (d.dim_param or d.dim_value <= 0) and not (k == 0 and batched and d.dim_param)
+                for k, d in enumerate(dims)
+            ):
                 dynamic.append(f"{kind} {v.name!r}: {[d.dim_param or d.dim_value for d in dims]}")
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
     return {"opset": opset, "ops": dict(sorted(ops.items())), "findings": findings, "dynamic": dynamic}

@@ -33,6 +33,18 @@ class Target:
     name: str
     board: str
     soc_version: str
+    # Dynamic batch (``inputs[].batch``): how many batch sizes ("profiles", "gears") the board tools
+    # compile into one model. CANN ATC ``--dynamic_batch_size``: (1, 100] profiles on the Atlas
+    # 200I/500 A2 (310B), Atlas inference (310P) and Atlas 200/300/500 (310) products, each size in
+    # [1, 2048]; converter_lite's ``dynamic_dims`` compiles the same profiles through ATC.
+    max_batch_profiles: int = 100
+
+    @property
+    def shape_ranges(self) -> bool:
+        """Shape ranges (``--input_shape="x:1~8,..."``, a truly dynamic dimension) instead of
+        profiles: not on Atlas 200I/500 A2 inference products (310B), per the ATC ``--input_shape``
+        docs. torch2ms writes profiles only, which every target takes."""
+        return not self.soc_version.startswith("Ascend310B")
 
 
 TARGETS = {
@@ -62,13 +74,67 @@ def get_target(name: str) -> Target:
         ) from None
 
 
-def _shapes(inputs: list[dict], sep: str) -> str:
-    return ";".join(f"{i['name']}:{sep.join(str(d) for d in i['shape'])}" for i in inputs)
+def check_batch(target: Target, inputs: list[dict]) -> tuple[int, ...] | None:
+    """The batch sizes ``inputs`` (manifest entries, ``batch`` listing them) ask ``target`` to
+    serve from one model, or None for a static batch; ``Torch2msError`` with the documented reason
+    where the target's tools forbid the combination."""
+    lists = {tuple(i["batch"]) for i in inputs if len(i.get("batch") or ()) > 1}
+    if not lists:
+        return None
+    if len(lists) > 1:
+        raise Torch2msError(
+            f"inputs list different batch sizes {sorted(lists)}: ATC --dynamic_batch_size and converter_lite "
+            "dynamic_dims take one list for every input whose dimension 0 is -1"
+        )
+    sizes = lists.pop()
+    why = f"{target.board} ({target.soc_version}): "
+    if len(sizes) > target.max_batch_profiles:
+        raise Torch2msError(
+            f"inputs[].batch lists {len(sizes)} sizes; {why}ATC --dynamic_batch_size compiles at most "
+            f"{target.max_batch_profiles} profiles into one model",
+            hint="serve fewer sizes (e.g. powers of two), or build one bundle per range of sizes",
+        )
+    if any(b < 1 or b > 2048 for b in sizes):
+        raise Torch2msError(f"inputs[].batch {list(sizes)}: {why}each batch size must be in [1, 2048] (ATC)")
+    for i in inputs:
+        if len(i.get("batch") or ()) > 1 and len(i["shape"]) < 2:
+            raise Torch2msError(
+                f"input {i['name']!r} has shape {i['shape']}: dynamic batch needs N first in a shape of rank 2 or more "
+                "(ATC --dynamic_batch_size sets dimension 0 to -1)"
+            )
+    return sizes
 
 
-def converter_lite_cfg(precision: str) -> str:
+def _shapes(inputs: list[dict], sep: str, brackets: bool = False) -> str:
+    """``name:1,3,224,224;...`` (``[...]`` for converter_lite's config), dimension 0 of an input
+    served at several batch sizes written -1."""
+
+    def dims(i):
+        shape = [-1 if len(i.get("batch") or ()) > 1 else i["shape"][0], *i["shape"][1:]]
+        text = sep.join(str(d) for d in shape)
+        return f"[{text}]" if brackets else text
+
+    return ";".join(f"{i['name']}:{dims(i)}" for i in inputs)
+
+
+def converter_lite_cfg(precision: str, inputs: list[dict] | None = None) -> str:
+    """``[ascend_context]``; with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``
+    (one profile per size: ``[1],[2],[4],[8]``), which the MindSpore Lite docs take from the config
+    file rather than ``--inputShape``."""
     mode, _ = PRECISION[precision]
-    return f"[ascend_context]\ninput_format=NCHW\nprecision_mode={mode}\n"
+    text = f"[ascend_context]\ninput_format=NCHW\nprecision_mode={mode}\n"
+    sizes = batch_sizes(inputs or [])
+    if sizes:
+        text += f"input_shape={_shapes(inputs, ',', brackets=True)}\n"
+        text += "dynamic_dims=" + ",".join(f"[{b}]" for b in sizes) + "\n"
+    return text
+
+
+def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
+    for i in inputs:
+        if len(i.get("batch") or ()) > 1:
+            return tuple(i["batch"])
+    return None
 
 
 def converter_lite_sh(
@@ -76,11 +142,15 @@ def converter_lite_sh(
 ) -> str:
     # detection heads go to a host postprocess that was checked on float32 (box pixels, nearly equal scores)
     out_type = " \\\n  --outputDataType=FLOAT32" if fp32_outputs else ""
+    sizes = batch_sizes(inputs)
+    # a dynamic batch takes its input_shape and dynamic_dims from converter_lite.cfg
+    shape_flag = "" if sizes else f'  --inputShape="{_shapes(inputs, ",")}" \\\n'
+    served = f"\n# Batch sizes {','.join(map(str, sizes))} (dynamic_dims in converter_lite.cfg)." if sizes else ""
     return f"""#!/bin/sh
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
 # Run on the board (or a host with the Ascend CANN toolkit and the MindSpore Lite cloud-inference
 # package, whose tools/converter/lib must be on LD_LIBRARY_PATH). Output: {model_name}_ascend.mindir
-# Precision: {PRECISION[precision][0]} (set in converter_lite.cfg; enforce_fp16 is the Ascend default).
+# Precision: {PRECISION[precision][0]} (set in converter_lite.cfg; enforce_fp16 is the Ascend default).{served}
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$HERE/../.." && pwd)
@@ -90,8 +160,7 @@ CONVERTER=${{CONVERTER_LITE:-converter_lite}}
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
-  --inputShape="{_shapes(inputs, ",")}" \\
-  --configFile="$HERE/converter_lite.cfg"{out_type}
+{shape_flag}  --configFile="$HERE/converter_lite.cfg"{out_type}
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with:"
 echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
@@ -102,6 +171,9 @@ def atc_sh(
 ) -> str:
     flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
     flags += " \\\n  --output_type=FP32" if fp32_outputs else ""  # the host postprocess was checked on float32
+    sizes = batch_sizes(inputs)
+    if sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
+        flags += f' \\\n  --dynamic_batch_size="{",".join(map(str, sizes))}"'
     note = (
         "# With AIPP the OM model takes NHWC uint8 RGB images of the model's input size; the\n"
         "# normalisation of the recipe happens on the NPU (aipp.cfg). Resize on the host first.\n"

@@ -6,7 +6,8 @@
    are all reported at once;
 3. load ``model/network.mindir`` with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
    and compare with PyTorch's outputs within the manifest's tolerance, and by the recipe's task
-   metric (top-1 agreement, pixel agreement, ...), gated like a stage.
+   metric (top-1 agreement, pixel agreement, ...), gated like a stage; a bundle serving several
+   batch sizes (``inputs[].batch``) is also run on its PyTorch sample at every other size.
 
 The hashes detect corruption and edits of the payload; they are not a signature (whoever can
 rewrite the archive can rewrite the manifest): pin the archive's own sha256 for that.
@@ -34,6 +35,7 @@ class Verified:
     metrics: list[OutputMetrics] = field(default_factory=list)
     samples: int = 0
     task: dict | None = None  # the recipe task's agreement of the MindIR with PyTorch (tasks.TaskResult)
+    batches: dict[int, list[OutputMetrics]] = field(default_factory=dict)  # per extra inputs[].batch size
 
 
 def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
@@ -78,10 +80,16 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
-        outputs, reference = _run_mindir(root, manifest)
+        outputs, reference, batches = _run_mindir(root, manifest)
     metrics, n = compare_outputs(outputs, reference), len(outputs)
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
     bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
+    batch_metrics = {}
+    for size, (outs, ref) in batches.items():
+        batch_metrics[size] = compare_outputs([outs], [ref])
+        worst_rel = max(m.rel_error for m in batch_metrics[size])
+        log(f"batch {size}: max rel error {worst_rel:.3g} against PyTorch")
+        bad += [f"at batch {size}, output {m.name!r}: {v}" for m in batch_metrics[size] for v in tol.violations(m)]
     task, violation = _task(manifest, outputs, reference)
     if task is not None:
         log(f"task: {task_summary(task)}")
@@ -92,7 +100,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
             f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",
             hint="package again from a passing run",
         )
-    return Verified(manifest, len(hashes) - 1, metrics, n, task)
+    return Verified(manifest, len(hashes) - 1, metrics, n, task, batch_metrics)
 
 
 def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
@@ -113,7 +121,7 @@ def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
 
 def _run_mindir(root: Path, manifest: dict):
     from torch2ms import msutil
-    from torch2ms.pipeline.workspace import load_npz, split_reference
+    from torch2ms.pipeline.workspace import load_npz, split_batches, split_reference
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -122,7 +130,13 @@ def _run_mindir(root: Path, manifest: dict):
         inputs, reference = split_reference(load_npz(root / "samples" / "reference.npz"))
         order = [i["name"] for i in manifest["inputs"]]
         inputs = [{k: s[k] for k in order} for s in inputs]
-        outputs = msutil.run_cell(cell, inputs, [o["name"] for o in manifest["outputs"]])
+        names = [o["name"] for o in manifest["outputs"]]
+        outputs = msutil.run_cell(cell, inputs, names)
+        # one PyTorch sample per other size of inputs[].batch: the MindIR serves them all
+        batches = {
+            size: (msutil.run_cell(cell, [{k: ins[k] for k in order}], names)[0], outs)
+            for size, (ins, outs) in split_batches(load_npz(root / "samples" / "reference.npz")).items()
+        }
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    return outputs, reference
+    return outputs, reference, batches

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from torch2ms.pipeline.stage import writer_of
-from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
+from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_reference
 from torch2ms.recipe import Recipe
 
 
@@ -52,16 +52,24 @@ class RunContext:
             self.cache["reference"] = split_reference(arrays)
         return self.cache["reference"]
 
+    def batch_reference(self) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """Batch size -> (inputs, PyTorch's outputs) of one sample per extra ``inputs[].batch`` size."""
+        if "batch_reference" not in self.cache:
+            self.cache["batch_reference"] = split_batches(load_npz(self.artifact("reference.npz")))
+        return self.cache["batch_reference"]
+
     def reference_inputs(self) -> list[dict[str, np.ndarray]]:
         return self.reference()[0]
 
-    def onnx_graph(self, path: Path):
-        """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run)."""
+    def onnx_graph(self, path: Path, batch: dict[str, int] | None = None):
+        """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run); ``batch``
+        overrides dimension 0 of the inputs it names."""
         from torch2ms.graph import load_onnx
         from torch2ms.pipeline.workspace import sha256_file
 
-        key = ("graph", str(path), sha256_file(path))
+        batch = batch or {}
+        key = ("graph", str(path), sha256_file(path), tuple(sorted(batch.items())))
         if key not in self.cache:
-            shapes = {i.name: tuple(i.shape) for i in self.recipe.inputs}
+            shapes = {i.name: (batch.get(i.name, i.shape[0]), *i.shape[1:]) for i in self.recipe.inputs}
             self.cache[key] = load_onnx(path, shapes)
         return copy.deepcopy(self.cache[key])

@@ -219,6 +219,7 @@ class Runner:
         violations: list[str] = []
         task_result = None
         bounds = {}
+        batch_metrics: dict[int, list[OutputMetrics]] = {}
         if produced.outputs is not None:
             _, ref_out = self.ctx.reference()
             try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
@@ -241,6 +242,11 @@ class Runner:
             task_result, task_violation = self._task_check(produced.outputs, ref_out)
             if task_violation:
                 violations.append(task_violation)
+            for size, outs in (produced.batches or {}).items():
+                ref = self.ctx.batch_reference()[size][1]
+                batch_metrics[size] = compare_outputs([outs], [ref])
+                for m in batch_metrics[size]:
+                    violations += [f"at batch {size}, output {m.name!r}: {v}" for v in tol.violations(m)]
         status = "failed" if violations else "passed"
         reason = "; ".join(violations)
         diff = self._localize(stage.name, out) if violations and stage.localize else None
@@ -257,6 +263,7 @@ class Runner:
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
             "bounds": bounds,
+            **({"batches": {str(k): worst(v).to_dict() for k, v in batch_metrics.items()}} if batch_metrics else {}),
             "task": task_result.to_dict() if task_result else None,
             "violations": violations,
             "diff": diff.summary() if diff is not None else None,

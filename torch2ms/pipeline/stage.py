@@ -33,6 +33,8 @@ class StageOutput:
     outputs: list[dict[str, np.ndarray]] | None  # per sample, per output name; None: nothing to check
     counts: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # the stage's outputs on the reference's extra batch sizes (``inputs[].batch``): size -> one sample
+    batches: dict[int, dict[str, np.ndarray]] | None = None
 
 
 class Stage:

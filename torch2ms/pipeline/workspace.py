@@ -204,3 +204,28 @@ def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, 
     arrays.update({f"output.{k}": np.stack([s[k] for s in outputs]) for k in outputs[0]})
     arrays["meta.output_order"] = np.array(list(outputs[0]))
     return arrays
+
+
+def pack_batches(batches: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """One sample per extra batch size (``inputs[].batch``), as ``batch<N>.input.<name>`` /
+    ``batch<N>.output.<name>`` keys beside ``pack_reference``'s (which ``split_reference`` ignores)."""
+    arrays = {}
+    for n, (ins, outs) in batches.items():
+        arrays.update({f"batch{n}.input.{k}": v for k, v in ins.items()})
+        arrays.update({f"batch{n}.output.{k}": v for k, v in outs.items()})
+    return arrays
+
+
+def split_batches(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """``pack_batches``'s samples: batch size -> (inputs, outputs), outputs in the reference's order."""
+    order = [str(n) for n in arrays.get("meta.output_order", [])]
+    out: dict[int, tuple[dict, dict]] = {}
+    for key, v in arrays.items():
+        if not key.startswith("batch"):
+            continue
+        size, kind, name = key[len("batch") :].split(".", 2)
+        ins, outs = out.setdefault(int(size), ({}, {}))
+        (ins if kind == "input" else outs)[name] = v
+    for n, (ins, outs) in out.items():
+        out[n] = (ins, {k: outs[k] for k in order if k in outs} or outs)
+    return dict(sorted(out.items()))

@@ -16,7 +16,7 @@ import numpy as np
 
 from torch2ms.errors import ModelError, RecipeError
 from torch2ms.pipeline.stage import Stage, StageOutput
-from torch2ms.pipeline.workspace import pack_reference, save_npz, sha256_file
+from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz, sha256_file
 
 
 def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
@@ -33,6 +33,22 @@ def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
             sample[spec.name] = arr
         samples.append(sample)
     return samples
+
+
+def batch_samples(recipe) -> dict[int, dict[str, np.ndarray]]:
+    """One seeded sample per size of ``inputs[].batch`` other than shape[0] (the reference's):
+    dimension 0 of the inputs that list the sizes is that size, the other inputs keep their shape."""
+    batched = [i for i in recipe.inputs if len(i.batch_sizes()) > 1]
+    out = {}
+    for n in batched[0].batch_sizes() if batched else ():
+        if n == batched[0].shape[0]:
+            continue
+        rng = np.random.default_rng([recipe.check.seed, n])
+        out[n] = {
+            i.name: rng.standard_normal((n, *i.shape[1:]) if len(i.batch_sizes()) > 1 else i.shape).astype(np.float32)
+            for i in recipe.inputs
+        }
+    return out
 
 
 def _load_sample(recipe, entry: str, spec) -> np.ndarray:
@@ -115,6 +131,15 @@ class ExportStage(Stage):
             raise ModelError(f"{recipe.model.factory}: the model returned no tensors ({type(raw_out[0]).__name__})")
         names = list(torch_out[0])
         outputs = [{k: v.detach().numpy().copy() for k, v in o.items()} for o in torch_out]
+        extra_in = batch_samples(recipe)
+        with torch.no_grad():
+            extra_out = {
+                n: {
+                    k: v.detach().numpy().copy()
+                    for k, v in flatten_outputs(model(*[torch.from_numpy(v) for v in s.values()])).items()
+                }
+                for n, s in extra_in.items()
+            }
         floor = float32_floor(model, samples, outputs)
 
         class Wrapped(torch.nn.Module):
@@ -142,6 +167,8 @@ class ExportStage(Stage):
                     do_constant_folding=True,
                     input_names=[i.name for i in recipe.inputs],
                     output_names=names,
+                    # the board tools serve inputs[].batch from one model whose dimension 0 is -1
+                    dynamic_axes={i.name: {0: "batch"} for i in recipe.inputs if len(i.batch_sizes()) > 1} or None,
                 )
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -164,9 +191,14 @@ class ExportStage(Stage):
         import onnx
 
         onnx.checker.check_model(str(onnx_path))
-        save_npz(out / "reference.npz", pack_reference(samples, outputs))
+        save_npz(
+            out / "reference.npz",
+            {**pack_reference(samples, outputs), **pack_batches({n: (extra_in[n], extra_out[n]) for n in extra_in})},
+        )
         ctx.cache["reference"] = (samples, outputs)
+        ctx.cache["batch_reference"] = {n: (extra_in[n], extra_out[n]) for n in sorted(extra_in)}
         ort_out = run_onnxruntime(onnx_path, samples, names)
+        ort_batches = {n: o for n, o in zip(extra_in, run_onnxruntime(onnx_path, list(extra_in.values()), names))}
         model_proto = onnx.load(str(onnx_path), load_external_data=False)
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
@@ -181,7 +213,7 @@ class ExportStage(Stage):
             extra["float32_floor"] = floor
         if tracer:
             extra["tracer_warnings"] = tracer
-        return StageOutput(ort_out, counts=counts, extra=extra)
+        return StageOutput(ort_out, counts=counts, extra=extra, batches=ort_batches or None)
 
 
 def float32_floor(model, samples, outputs) -> dict[str, list[float]] | None:

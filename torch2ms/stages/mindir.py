@@ -2,7 +2,8 @@
 
 Exported in GRAPH_MODE without graph-kernel fusion (fused kernels built for this host's CPU
 would not run on an Ascend board); reloaded with ``mindspore.load`` + ``nn.GraphCell`` and
-checked vs PyTorch.
+checked vs PyTorch. With ``inputs[].batch`` dimension 0 of those inputs is exported as dynamic, and
+the reloaded MindIR is checked at every listed size (the runner compares each with PyTorch).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ class MindirStage(Stage):
         return recipe.mindir.enabled
 
     def notes(self, record: dict) -> str:
-        return f"{record.get('counts', {}).get('mindir_bytes', 0) / 1e6:.1f} MB"
+        counts = record.get("counts", {})
+        sizes = counts.get("batch_sizes")
+        return f"{counts.get('mindir_bytes', 0) / 1e6:.1f} MB" + (f", batch {sizes}" if sizes else "")
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
@@ -32,11 +35,20 @@ class MindirStage(Stage):
         names = list(ctx.reference()[1][0])
         msutil.set_graph_mode(ms)
         cell = msutil.build_network(ctx.artifact("network.py").parent, "mindir")
-        example = [ms.Tensor(v) for v in inputs[0].values()]
+        # with inputs[].batch, dimension 0 of those inputs is dynamic (None): the board tools pick the sizes
+        dynamic = {i.name for i in ctx.recipe.inputs if len(i.batch_sizes()) > 1}
+        example = [
+            ms.Tensor(shape=[None, *v.shape[1:]], dtype=ms.float32) if name in dynamic else ms.Tensor(v)
+            for name, v in inputs[0].items()
+        ]
         ms.export(cell, *example, file_name=str(out / "network"), file_format="MINDIR")
         graph = ms.load(str(out / "network.mindir"))
         loaded = ms.nn.GraphCell(graph)
         outputs = msutil.run_cell(loaded, inputs, names)
+        batches = {n: msutil.run_cell(loaded, [s], names)[0] for n, (s, _) in ctx.batch_reference().items()}
         ms.set_context(mode=ms.PYNATIVE_MODE)
         size = (out / "network.mindir").stat().st_size
-        return StageOutput(outputs, counts={"mindir_bytes": size})
+        counts = {"mindir_bytes": size}
+        if dynamic:
+            counts["batch_sizes"] = list(ctx.recipe.batch_sizes())
+        return StageOutput(outputs, counts=counts, batches=batches or None)

@@ -96,6 +96,9 @@ class Model:
     def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if self.lite is not None:
             inputs = self.lite.get_inputs()
+            shapes = [list(a.shape) for a in arrays]
+            if [list(t.shape) for t in inputs] != shapes:  # a model serving several batch sizes (dim 0 = -1)
+                self.lite.resize(inputs, shapes)
             for t, a in zip(inputs, arrays):
                 t.set_data_from_numpy(np.ascontiguousarray(a))
             return [o.get_data_to_numpy() for o in self.lite.predict(inputs)]
