@@ -1,11 +1,12 @@
 """Fusion coverage per model: what the rebuild + fold passes fused, and what written-out
 activations and normalizations are left in the graph the code generator sees.
 
-    PYTHONPATH=. python benchmarks/fusion_coverage.py [--opset 17] [--models efficientnet_b0,yolov8n,...]
-        [--json benchmarks/results/fusion_coverage.json]
+    PYTHONPATH=. python benchmarks/fusion_coverage.py [--opset 17] [--models efficientnet_b0,yolov8n,vit_b_16@14,...]
+        [--json benchmarks/results/fusion_coverage.json] [--md benchmarks/results/fusion_coverage.md]
 
 Each model is exported with the TorchScript exporter as the export stage does it (random weights,
-``training=PRESERVE``, batch 1), loaded with static shapes, and run through ``fold_passes()``.
+``training=PRESERVE``, batch 1; at ``--opset`` or the one after ``@``), loaded with static shapes,
+and run through ``fold_passes()``.
 Reported per model: Conv->(BN)->activation chains found / fused and the reasons for those left
 (``torch2ms.passes.coverage``), Dense blocks by activation, and the leftovers a cell or one call
 could compute but the graph still writes out:
@@ -179,10 +180,12 @@ def leftovers(graph) -> dict[str, int]:
     return out
 
 
-def coverage(name: str, opset: int, cache: Path) -> dict:
+def coverage(model: str, opset: int, cache: Path) -> dict:
     from torch2ms.graph import load_onnx
     from torch2ms.passes import fold_passes, fusion_counts, run_passes
 
+    name, _, at = model.partition("@")
+    opset = int(at or opset)
     path, shape = export(name, opset, cache)
     graph = load_onnx(path, {"input": shape})
     before = leftovers(graph)
@@ -192,7 +195,7 @@ def coverage(name: str, opset: int, cache: Path) -> dict:
     seconds = time.perf_counter() - t0
     counts = fusion_counts(graph, passes)
     return {
-        "model": name,
+        "model": model,
         "opset": opset,
         "onnx_nodes": len(load_onnx(path, {"input": shape}).nodes),
         "nodes_after": len(graph.nodes),
@@ -223,6 +226,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--cache", default="/tmp/torch2ms_fusion_coverage")
     ap.add_argument("--json")
+    ap.add_argument("--md", help="the table and the total as markdown")
     args = ap.parse_args(argv)
     os.environ.setdefault("YOLO_OFFLINE", "1")
     cache = Path(args.cache)
@@ -230,16 +234,25 @@ def main(argv=None) -> int:
     results = []
     columns = ("model", "Conv->act fused/found", "by activation (fused/found)", "Dense blocks")
     columns += ("written out after", "left unfused", "pass s")
-    print("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|")
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    print("\n".join(lines))
     for name in args.models.split(","):
         r = coverage(name, args.opset, cache)
         results.append(r)
-        print(row(r), flush=True)
+        lines.append(row(r))
+        print(lines[-1], flush=True)
     fused = sum(r.get("conv_chains", {}).get("fused", 0) for r in results)
     supported = sum(r.get("conv_chains", {}).get("supported", 0) for r in results)
-    print(f"\ntotal Conv->(BN)->act chains fused: {fused}/{supported} ({100 * fused / max(supported, 1):.1f}%)")
+    found = sum(r.get("conv_chains", {}).get("found", 0) for r in results)
+    lines.append(
+        f"\ntotal Conv->(BN)->act chains fused: {fused}/{supported} ({100 * fused / max(supported, 1):.1f}%)"
+        f" of those whose activation the cell supports; {found} found"
+    )
+    print(lines[-1])
     if args.json:
         Path(args.json).write_text(json.dumps({"opset": args.opset, "models": results}, indent=1) + "\n")
+    if args.md:
+        Path(args.md).write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -222,6 +222,55 @@ MUST_NOT_FIRE = {
         {"three": 3.0, "zero": 0.0, "five": 5.0, "six": 6.0},
         None,
     ),
+    "mish_tanh_used_twice": (
+        [
+            helper.make_node("Softplus", ["x"], ["p"], name="/act/Softplus"),
+            helper.make_node("Tanh", ["p"], ["t"], name="/act/Tanh"),
+            helper.make_node("Mul", ["t", "x"], ["y"], name="/act/Mul"),
+            helper.make_node("Relu", ["t"], ["z"], name="/other/Relu"),
+        ],
+        ["y", "z"],
+        {},
+        "Tanh output has 2 consumers",
+    ),
+    "hardswish_hardsigmoid_used_twice": (
+        [
+            helper.make_node("HardSigmoid", ["x"], ["h"], name="/act/HardSigmoid", alpha=1 / 6),
+            helper.make_node("Mul", ["x", "h"], ["y"], name="/act/Mul"),
+            helper.make_node("Neg", ["h"], ["z"], name="/other/Neg"),
+        ],
+        ["y", "z"],
+        {},
+        "HardSigmoid output has 2 consumers",
+    ),
+    "hardswish_of_two_tensors": (  # x * relu6(r + 3) / 6 with r another tensor
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="/pre/Relu"),
+            helper.make_node("Add", ["r", "three"], ["a"], name="/act/Add"),
+            helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="/act/Clip"),
+            helper.make_node("Mul", ["x", "c"], ["m"], name="/act/Mul"),
+            helper.make_node("Div", ["m", "six"], ["y"], name="/act/Div"),
+        ],
+        ["y"],
+        {"three": 3.0, "zero": 0.0, "six": 6.0},
+        None,
+    ),
+    "gelu_tanh_of_two_tensors": (  # the cube of x, the rest of r
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="/pre/Relu"),
+            helper.make_node("Pow", ["x", "three"], ["x3"], name="/act/Pow"),
+            helper.make_node("Mul", ["x3", "k"], ["kx3"], name="/act/Mul"),
+            helper.make_node("Add", ["r", "kx3"], ["p"], name="/act/Add"),
+            helper.make_node("Mul", ["p", "r2pi"], ["rp"], name="/act/Mul_1"),
+            helper.make_node("Tanh", ["rp"], ["t"], name="/act/Tanh"),
+            helper.make_node("Add", ["t", "one"], ["a"], name="/act/Add_1"),
+            helper.make_node("Mul", ["r", "a"], ["m"], name="/act/Mul_2"),
+            helper.make_node("Mul", ["m", "half"], ["y"], name="/act/Mul_3"),
+        ],
+        ["y"],
+        {"three": 3.0, "k": 0.044715, "r2pi": math.sqrt(2 / math.pi), "one": 1.0, "half": 0.5},
+        None,
+    ),
     "hardsigmoid_clip_used_twice": (
         [
             helper.make_node("Add", ["x", "three"], ["a"], name="/act/Add"),
