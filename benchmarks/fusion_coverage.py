@@ -212,11 +212,12 @@ def row(r: dict) -> str:
     d = r.get("dense_blocks", {})
     left = "; ".join(f"{u['count']}x {u['kind']}: {u['reason']}" for u in c.get("unfused", [])) or "-"
     kinds = ", ".join(f"{k} {v['fused']}/{v['found']}" for k, v in c.get("by_kind", {}).items()) or "-"
+    before = ", ".join(f"{k} {v}" for k, v in r["written_out_before"].items()) or "none"
     after = ", ".join(f"{k} {v}" for k, v in r["written_out_after"].items()) or "none"
     dense = ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
     return (
-        f"| {r['model']} | {c.get('fused', 0)}/{c.get('supported', 0)} | {kinds} | {dense} | {after} | {left} | "
-        f"{r['pass_seconds']} |"
+        f"| {r['model']} | {c.get('fused', 0)}/{c.get('supported', 0)} | {kinds} | {dense} | {before} | {after} | "
+        f"{left} | {r['pass_seconds']} |"
     )
 
 
@@ -227,18 +228,21 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default="/tmp/torch2ms_fusion_coverage")
     ap.add_argument("--json")
     ap.add_argument("--md", help="the table and the total as markdown")
+    ap.add_argument("--render", metavar="JSON", help="only write the tables of an earlier run's --json")
     args = ap.parse_args(argv)
     os.environ.setdefault("YOLO_OFFLINE", "1")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
     columns = ("model", "Conv->act fused/found", "by activation (fused/found)", "Dense blocks")
-    columns += ("written out after", "left unfused", "pass s")
+    columns += ("written out before", "written out after", "left unfused", "pass s")
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     print("\n".join(lines))
-    for name in args.models.split(","):
-        r = coverage(name, args.opset, cache)
-        results.append(r)
+    if args.render:  # the tables of an earlier --json, without running anything
+        results = json.loads(Path(args.render).read_text())["models"]
+    for name in [] if args.render else args.models.split(","):
+        results.append(coverage(name, args.opset, cache))
+    for r in results:
         lines.append(row(r))
         print(lines[-1], flush=True)
     fused = sum(r.get("conv_chains", {}).get("fused", 0) for r in results)
@@ -249,7 +253,7 @@ def main(argv=None) -> int:
         f" of those whose activation the cell supports; {found} found"
     )
     print(lines[-1])
-    if args.json:
+    if args.json and not args.render:
         Path(args.json).write_text(json.dumps({"opset": args.opset, "models": results}, indent=1) + "\n")
     if args.md:
         Path(args.md).write_text("\n".join(lines) + "\n")
