@@ -284,6 +284,11 @@ MUST_NOT_FIRE = {
 }
 
 
+# MindSpore's CPU Tanh is off by up to 1e-4 for 4 < |x| < 6 (see test_conv's tanh case); the
+# unfused tanh-GELU feeds it such values
+REL_TOL = {"gelu_tanh_of_two_tensors": 1e-4}
+
+
 @pytest.mark.parametrize("name", list(MUST_NOT_FIRE))
 def test_activation_formula_must_not_fire(name, tmp_path):
     nodes, outputs, consts, reason = MUST_NOT_FIRE[name]
@@ -298,7 +303,9 @@ def test_activation_formula_must_not_fire(name, tmp_path):
         assert skipped == []
     else:
         assert len(skipped) == 1 and reason in skipped[0], skipped
-    check_model(model, feeds, tmp_path, passes=activation_passes(), expect_nodes=before)
+    check_model(
+        model, feeds, tmp_path, passes=activation_passes(), expect_nodes=before, rel_tol=REL_TOL.get(name, 1e-5)
+    )
 
 
 # --- normalizations ---------------------------------------------------------------------------
