@@ -1,11 +1,12 @@
 """Fusion coverage per model: what the rebuild + fold passes fused, and what written-out
 activations and normalizations are left in the graph the code generator sees.
 
-    PYTHONPATH=. python benchmarks/fusion_coverage.py [--opset 17] [--models efficientnet_b0,yolov8n,...]
-        [--json benchmarks/results/fusion_coverage.json]
+    PYTHONPATH=. python benchmarks/fusion_coverage.py [--opset 17] [--models efficientnet_b0,yolov8n,vit_b_16@14,...]
+        [--json benchmarks/results/fusion_coverage.json] [--md benchmarks/results/fusion_coverage.md]
 
 Each model is exported with the TorchScript exporter as the export stage does it (random weights,
-``training=PRESERVE``, batch 1), loaded with static shapes, and run through ``fold_passes()``.
+``training=PRESERVE``, batch 1; at ``--opset`` or the one after ``@``), loaded with static shapes,
+and run through ``fold_passes()``.
 Reported per model: Conv->(BN)->activation chains found / fused and the reasons for those left
 (``torch2ms.passes.coverage``), Dense blocks by activation, and the leftovers a cell or one call
 could compute but the graph still writes out:
@@ -179,10 +180,12 @@ def leftovers(graph) -> dict[str, int]:
     return out
 
 
-def coverage(name: str, opset: int, cache: Path) -> dict:
+def coverage(model: str, opset: int, cache: Path) -> dict:
     from torch2ms.graph import load_onnx
     from torch2ms.passes import fold_passes, fusion_counts, run_passes
 
+    name, _, at = model.partition("@")
+    opset = int(at or opset)
     path, shape = export(name, opset, cache)
     graph = load_onnx(path, {"input": shape})
     before = leftovers(graph)
@@ -192,7 +195,7 @@ def coverage(name: str, opset: int, cache: Path) -> dict:
     seconds = time.perf_counter() - t0
     counts = fusion_counts(graph, passes)
     return {
-        "model": name,
+        "model": model,
         "opset": opset,
         "onnx_nodes": len(load_onnx(path, {"input": shape}).nodes),
         "nodes_after": len(graph.nodes),
@@ -209,11 +212,12 @@ def row(r: dict) -> str:
     d = r.get("dense_blocks", {})
     left = "; ".join(f"{u['count']}x {u['kind']}: {u['reason']}" for u in c.get("unfused", [])) or "-"
     kinds = ", ".join(f"{k} {v['fused']}/{v['found']}" for k, v in c.get("by_kind", {}).items()) or "-"
+    before = ", ".join(f"{k} {v}" for k, v in r["written_out_before"].items()) or "none"
     after = ", ".join(f"{k} {v}" for k, v in r["written_out_after"].items()) or "none"
     dense = ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
     return (
-        f"| {r['model']} | {c.get('fused', 0)}/{c.get('supported', 0)} | {kinds} | {dense} | {after} | {left} | "
-        f"{r['pass_seconds']} |"
+        f"| {r['model']} | {c.get('fused', 0)}/{c.get('supported', 0)} | {kinds} | {dense} | {before} | {after} | "
+        f"{left} | {r['pass_seconds']} |"
     )
 
 
@@ -223,23 +227,36 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--cache", default="/tmp/torch2ms_fusion_coverage")
     ap.add_argument("--json")
+    ap.add_argument("--md", help="the table and the total as markdown")
+    ap.add_argument("--render", metavar="JSON", help="only write the tables of an earlier run's --json")
     args = ap.parse_args(argv)
     os.environ.setdefault("YOLO_OFFLINE", "1")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     results = []
     columns = ("model", "Conv->act fused/found", "by activation (fused/found)", "Dense blocks")
-    columns += ("written out after", "left unfused", "pass s")
-    print("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|")
-    for name in args.models.split(","):
-        r = coverage(name, args.opset, cache)
-        results.append(r)
-        print(row(r), flush=True)
+    columns += ("written out before", "written out after", "left unfused", "pass s")
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    print("\n".join(lines))
+    if args.render:  # the tables of an earlier --json, without running anything
+        results = json.loads(Path(args.render).read_text())["models"]
+    for name in [] if args.render else args.models.split(","):
+        results.append(coverage(name, args.opset, cache))
+    for r in results:
+        lines.append(row(r))
+        print(lines[-1], flush=True)
     fused = sum(r.get("conv_chains", {}).get("fused", 0) for r in results)
     supported = sum(r.get("conv_chains", {}).get("supported", 0) for r in results)
-    print(f"\ntotal Conv->(BN)->act chains fused: {fused}/{supported} ({100 * fused / max(supported, 1):.1f}%)")
-    if args.json:
+    found = sum(r.get("conv_chains", {}).get("found", 0) for r in results)
+    lines.append(
+        f"\ntotal Conv->(BN)->act chains fused: {fused}/{supported} ({100 * fused / max(supported, 1):.1f}%)"
+        f" of those whose activation the cell supports; {found} found"
+    )
+    print(lines[-1])
+    if args.json and not args.render:
         Path(args.json).write_text(json.dumps({"opset": args.opset, "models": results}, indent=1) + "\n")
+    if args.md:
+        Path(args.md).write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -292,11 +292,12 @@ def test_conv_bn_act(name, fold, tmp_path):
     assert "BatchNormalization" not in source and layers == init.count("nn.Conv2dBnAct("), init
 
 
-@pytest.mark.parametrize("name", ["relu_pad1", "silu", "gelu_erf", "prelu_per_channel", "leaky_relu"])
+@pytest.mark.parametrize("name", [name for name, case in FUSED_CASES.items() if case[0]])
 def test_conv_act_without_batchnorm(name, tmp_path):
-    """Conv -> activation with no BatchNorm between: nn.Conv2dBnAct(has_bn=False, activation=...)."""
+    """Conv -> activation with no BatchNorm between, for every activation nn.Conv2dBnAct applies:
+    nn.Conv2dBnAct(has_bn=False, activation=...)."""
     act, conv_attrs, kw, spelled = FUSED_CASES[name]
-    model, feeds = conv_bn_act_model(act, conv_attrs, bn=False, bias=True, **kw)
+    model, feeds = conv_bn_act_model(act, conv_attrs, bn=False, **{**kw, "bias": True})
     source, fired = check_model(model, feeds, tmp_path, passes=fold_passes(), rel_tol=2e-5, expect_nodes=["ConvBnAct"])
     assert fired["fuse_conv_bn_act"] == 1 and fired["fold_batchnorm"] == 0
     init = " ".join(source[source.index("def __init__") : source.index("def construct")].split())
