@@ -72,6 +72,17 @@ def histogram() -> nn.Module:
     return Histogram()
 
 
+class UnbatchedUnfold(nn.Module):
+    """F.unfold of a 3-D (unbatched) tensor: both exporters write a Pad with 4-D pads for it."""
+
+    def forward(self, x):
+        return F.unfold(x[0], kernel_size=2)
+
+
+def unbatched_unfold() -> nn.Module:
+    return UnbatchedUnfold()
+
+
 def _recipe(tmp_path, factory: str, shape, **export):
     return write_recipe(
         tmp_path / "r.yaml",
@@ -224,3 +235,18 @@ def test_pinned_dynamo_is_recorded_and_changing_the_exporter_reexports(tmp_path)
     assert statuses(result)["export"] == "passed"
     assert _record(result)["extra"]["export_path"] == {"exporter": "torchscript", "opset": 18}
     assert statuses(run(path, until="export"))["export"] == "up to date"
+
+
+def test_a_model_that_does_not_load_is_a_failed_path(tmp_path):
+    path = _recipe(tmp_path, "unbatched_unfold", [1, 3, 6, 6], opset=19)
+    with pytest.raises(ModelError) as info:
+        Runner(load_recipe(path), log=lambda m: None).run()
+    lines = [line.strip() for line in str(info.value).splitlines()]
+    assert lines[1].startswith("torchscript opsets 19-20: wrote a model that does not load: ")
+    assert "Pads has incorrect number of values" in lines[1]
+    if HAS_ONNXSCRIPT:
+        assert lines[2].startswith("dynamo opset 19: wrote a model that does not load: ")
+        assert "Pads has incorrect number of values" in lines[2]
+    else:
+        assert lines[2] == f"dynamo opset 19: {NO_ONNXSCRIPT}"
+    assert not (tmp_path / "runs" / "r" / "export").exists()

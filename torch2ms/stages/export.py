@@ -242,6 +242,7 @@ def export_onnx(wrapped, example, onnx_path: Path, names_io, recipe) -> tuple[li
                     tracer = _torchscript(wrapped, example, onnx_path, names_io, opset)
                 else:
                     tracer = _dynamo(wrapped, example, onnx_path, names_io, opset)
+                _loadable(onnx_path)
             except _PathFailed as failed:
                 attempts.append(Attempt(exporter, opset, failed.reason))
                 if failed.final:
@@ -324,7 +325,7 @@ def _torchscript(wrapped, example, onnx_path: Path, names_io, opset: int) -> lis
 
     log = io.StringIO()
     try:
-        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(log):
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(log), _native_stdout_dropped():
             warnings.simplefilter("always", torch.jit.TracerWarning)
             torch.onnx.export(
                 wrapped,
@@ -358,6 +359,26 @@ def _torchscript(wrapped, example, onnx_path: Path, names_io, opset: int) -> lis
     )
 
 
+@contextlib.contextmanager
+def _native_stdout_dropped():
+    """Drop what C++ writes to stdout while the block runs. The TorchScript exporter dumps its whole
+    IR graph there on every error (its ONNX log is always on: torch tests the function
+    ``_jit_is_onnx_log_enabled`` for truth instead of calling it); the reason is in the exception."""
+    import os
+    import sys
+    import tempfile
+
+    sys.__stdout__.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _dynamo(wrapped, example, onnx_path: Path, names_io, opset: int) -> list[str]:
     import torch
 
@@ -380,6 +401,23 @@ def _dynamo(wrapped, example, onnx_path: Path, names_io, opset: int) -> list[str
     except Exception as err:
         raise _PathFailed(_reason(err)) from None
     return []
+
+
+def _loadable(path: Path) -> None:
+    """An exporter can write a model that is not valid ONNX (torch.nn.functional.unfold of an
+    unbatched 3-D input: a Pad with 8 pads on a 3-D tensor, from either exporter); then that path
+    failed."""
+    import onnx
+    import onnxruntime as ort
+
+    try:
+        onnx.checker.check_model(str(path))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        reason = re.sub(r"Load model from \S+ failed:", "", _reason(err))
+        raise _PathFailed(f"wrote a model that does not load: {reason}") from None
 
 
 def exporter_changes(batchnorm_run: int, batchnorm_nodes: int) -> list[str]:
