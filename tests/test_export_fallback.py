@@ -99,8 +99,12 @@ def _record(result, stage="export"):
 
 
 def test_plan_follows_the_recipe():
+    from torch.onnx import _constants
+
     from torch2ms.recipe import ExportSpec
 
+    # the newest opset the installed TorchScript exporter declares (a torch upgrade may raise it)
+    assert TORCHSCRIPT_NEWEST == _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
     newest = TORCHSCRIPT_NEWEST
     assert export_plan(ExportSpec()) == [("torchscript", list(range(17, newest + 1))), ("dynamo", [DYNAMO_OLDEST])]
     assert export_plan(ExportSpec(opset=19, exporter="torchscript")) == [("torchscript", list(range(19, newest + 1)))]
