@@ -254,3 +254,20 @@ def test_a_model_that_does_not_load_is_a_failed_path(tmp_path):
     else:
         assert lines[2] == f"dynamo opset 19: {NO_ONNXSCRIPT}"
     assert not (tmp_path / "runs" / "r" / "export").exists()
+
+
+def test_failed_tries_are_merged_per_exporter_when_only_the_opset_differs():
+    from torch2ms.stages.export import Attempt, describe_attempts
+
+    tries = [
+        Attempt("torchscript", 17, "E: operator at opset version 17 refused"),
+        Attempt("torchscript", 18, "E: operator at opset version 18 refused"),
+        Attempt("torchscript", 19, "F: other"),
+        Attempt("dynamo", 19, "G: dynamo's"),
+        Attempt("dynamo", 19),
+    ]
+    assert describe_attempts(tries) == [
+        "torchscript opsets 17-18: E: operator at opset version 17 refused",
+        "torchscript opset 19: F: other",
+        "dynamo opset 19: G: dynamo's",
+    ]

@@ -248,11 +248,11 @@ def export_onnx(wrapped, example, onnx_path: Path, names_io, recipe) -> tuple[li
                 if failed.final:
                     queue = []
                     if opset != opsets[-1]:
-                        attempts[-1].error += f" (opsets {opset + 1}-{opsets[-1]} not tried: {failed.final})"
+                        attempts[-1].error += f" ({_span(opset + 1, opsets[-1])} not tried: {failed.final})"
                 elif failed.needs and failed.needs > opset:
                     later = [o for o in queue if o >= failed.needs]
                     if len(later) != len(queue):
-                        attempts[-1].error += f" (opsets {opset + 1}-{failed.needs - 1} skipped)"
+                        attempts[-1].error += f" ({_span(opset + 1, failed.needs - 1)} skipped)"
                     queue = later
                 continue
             attempts.append(Attempt(exporter, opset))
@@ -285,9 +285,12 @@ def describe_attempts(attempts: list[Attempt]) -> list[str]:
             groups.append([a])
     lines = []
     for g in groups:
-        where = f"opset {g[0].opset}" if len(g) == 1 else f"opsets {g[0].opset}-{g[-1].opset}"
-        lines.append(f"{g[0].exporter} {where}: {g[0].error}")
+        lines.append(f"{g[0].exporter} {_span(g[0].opset, g[-1].opset)}: {g[0].error}")
     return lines
+
+
+def _span(first: int, last: int) -> str:
+    return f"opset {first}" if first == last else f"opsets {first}-{last}"
 
 
 def _strip_opset(a: Attempt) -> str:
