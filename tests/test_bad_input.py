@@ -305,8 +305,10 @@ def test_cli_model_that_fails_onnx_export_gives_the_exporters_reason(tmp_path):
     assert r.returncode == EXIT_USAGE, r.stderr
     msg = flat(r.stderr)
     assert (
-        "torch.onnx.export failed for test_bad_input:eig_model: UnsupportedOperatorError: Exporting the "
-        "operator 'aten::linalg_eigvals' to ONNX opset version 17 is not supported"
+        "torch.onnx.export failed for test_bad_input:eig_model on every path (export.exporter: auto): "
+        "torchscript opset 17: UnsupportedOperatorError: Exporting the operator 'aten::linalg_eigvals' to ONNX "
+        "opset version 17 is not supported (opsets 18-20 not tried: no opset has a symbolic for it) "
+        "dynamo opset 18: "
     ) in msg
     assert "hint:" in msg and "Traceback" not in r.stderr
     root = tmp_path / "runs" / "tiny"

@@ -26,6 +26,7 @@ def test_minimal_recipe_gets_defaults(tmp_path):
     r = parse_recipe(BASE, "r.yaml", tmp_path)
     assert r.check.rel_error == 1e-4 and r.check.cosine == 0.99999
     assert r.export.opset == 17 and r.rebuild.fuse_conv_bn_act and r.compile.graph_kernel == "auto"
+    assert r.export.exporter == "auto"
     assert r.resolve("w.pt") == tmp_path / "w.pt"
 
 
@@ -38,6 +39,7 @@ def test_minimal_recipe_gets_defaults(tmp_path):
         ("check.rel_error", 2, "check.rel_error"),
         ("check.cosine", 1.5, "check.cosine"),
         ("export.opset", "seventeen", "export.opset"),
+        ("export.exporter", "onnxscript", "export.exporter: Input should be 'auto', 'torchscript' or 'dynamo'"),
         ("model.factory", "no_colon", "model.factory"),
         ("compile.graph_kernel", "maybe", "compile.graph_kernel"),
     ],

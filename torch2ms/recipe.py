@@ -140,7 +140,18 @@ class CheckSpec(_Strict):
 
 
 class ExportSpec(_Strict):
-    opset: int = Field(default=17, ge=11, le=23)
+    opset: int = Field(
+        default=17,
+        ge=11,
+        le=23,
+        description="the first ONNX opset to try; if the TorchScript exporter fails there, newer ones up to "
+        "the newest it writes are tried",
+    )
+    exporter: Literal["auto", "torchscript", "dynamo"] = Field(
+        default="auto",
+        description="auto: the TorchScript exporter (BatchNorm kept), then the dynamo exporter if it cannot "
+        "export the model; torchscript or dynamo: that path only",
+    )
 
 
 class RebuildSpec(_Strict):

@@ -100,7 +100,9 @@ def stage_figures(records: dict[str, dict]) -> list[dict]:
     return out
 
 
-def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict, is_image: bool, size) -> str:
+def _readme(
+    recipe: Recipe, version: str, target, precision: str, manifest: dict, is_image: bool, size, opset: int
+) -> str:
     pre = manifest["preprocess"]
     if is_image:
         pre_text = (
@@ -151,7 +153,7 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         recipe_short=recipe.sha256()[:16],
         input_desc=f"input `{recipe.inputs[0].name}` {'x'.join(map(str, shape))}"
         + (f" (+{len(recipe.inputs) - 1} more)" if len(recipe.inputs) > 1 else ""),
-        opset=recipe.export.opset,
+        opset=opset,
         aipp_note=aipp_note,
         aipp_howto=aipp_howto,
         precision=precision,
@@ -299,7 +301,9 @@ def build_bundle(
     if detecting:
         files.update(detection.bundle_files())
         files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()
-    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size).encode()
+    # the opset model.onnx has: a newer one than export.opset when the export fell back to it
+    opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
+    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset).encode()
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
     }

@@ -28,7 +28,8 @@ from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
 
-FRAMEWORKS = ("torch", "onnx", "onnxruntime", "mindspore", "numpy")
+# onnxscript: the dynamo export path needs it ("absent" where it is not installed)
+FRAMEWORKS = ("torch", "onnx", "onnxruntime", "onnxscript", "mindspore", "numpy")
 
 
 # Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
