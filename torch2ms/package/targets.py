@@ -66,9 +66,16 @@ def _shapes(inputs: list[dict], sep: str) -> str:
     return ";".join(f"{i['name']}:{sep.join(str(d) for d in i['shape'])}" for i in inputs)
 
 
-def converter_lite_cfg(precision: str) -> str:
-    mode, _ = PRECISION[precision]
-    return f"[ascend_context]\ninput_format=NCHW\nprecision_mode={mode}\n"
+def converter_lite_cfg(precision: str, plan: dict | None = None) -> str:
+    """``[ascend_context]`` (and, with an fp16 plan that keeps layers in fp32, the mixed-precision
+    settings of ``precision.converter_lite_settings``)."""
+    sections = {"ascend_context": {"input_format": "NCHW", "precision_mode": PRECISION[precision][0]}}
+    if plan is not None and precision == "fp16":
+        from torch2ms.package.precision import converter_lite_settings
+
+        for section, keys in converter_lite_settings(plan).items():
+            sections.setdefault(section, {}).update(keys)
+    return "".join(f"[{name}]\n" + "".join(f"{k}={v}\n" for k, v in keys.items()) for name, keys in sections.items())
 
 
 def converter_lite_sh(
@@ -85,6 +92,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$HERE/../.." && pwd)
 CONVERTER=${{CONVERTER_LITE:-converter_lite}}
+cd "$HERE"  # converter_lite.cfg names modify_mixlist.json relative to this folder
 "$CONVERTER" --fmk=MINDIR \\
   --modelFile="$BUNDLE/model/network.mindir" \\
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
@@ -98,9 +106,17 @@ echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device
 
 
 def atc_sh(
-    target: Target, model_name: str, inputs: list[dict], precision: str, with_aipp: bool, fp32_outputs: bool = False
+    target: Target,
+    model_name: str,
+    inputs: list[dict],
+    precision: str,
+    with_aipp: bool,
+    fp32_outputs: bool = False,
+    keep_dtype: bool = False,
 ) -> str:
     flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
+    # the fp16 plan: these ONNX nodes keep float32 under force_fp16 (precision.md)
+    flags += ' \\\n  --keep_dtype="$HERE/keep_dtype.cfg"' if keep_dtype else ""
     flags += " \\\n  --output_type=FP32" if fp32_outputs else ""  # the host postprocess was checked on float32
     note = (
         "# With AIPP the OM model takes NHWC uint8 RGB images of the model's input size; the\n"
