@@ -135,7 +135,8 @@ def test_bundle_carries_the_plan(tmp_path):
     bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None)
     tdir = "targets/atlas-200i-dk-a2"
     with tarfile.open(bundle.path) as tar:
-        read = {m.name: tar.extractfile(m).read().decode() for m in tar if m.name.endswith((".cfg", ".json", ".md", ".sh"))}
+        texts = [m for m in tar if m.name.endswith((".cfg", ".json", ".md", ".sh"))]
+        read = {m.name: tar.extractfile(m).read().decode() for m in texts}
     assert sorted(read[f"{tdir}/keep_dtype.cfg"].splitlines()) == sorted(SPOT["overflow"])
     assert json.loads(read[f"{tdir}/modify_mixlist.json"]) == {"black-list": {"to-add": ["Conv2D"]}}
     assert '--keep_dtype="$HERE/keep_dtype.cfg"' in read[f"{tdir}/atc.sh"]

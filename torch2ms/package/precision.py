@@ -106,19 +106,42 @@ def _err(v) -> float:
     return math.inf if isinstance(v, str) else float(v)
 
 
-def make_plan(recipe, onnx_path: Path, inputs: list[dict], reference: list[dict], log: Callable = print) -> dict:
-    """Sensitivity of every node, then the smallest set kept in fp32 (see the module docstring)."""
+def sensitivity(emu, reference: list[dict]) -> list[dict]:
+    """Per candidate node: the worst output's rel error with that node alone in fp16."""
+    return [
+        {
+            "index": i,
+            "label": emu.labels[i],
+            "name": emu.names[i],
+            "op": emu.op_types[i],
+            "error": _error(_metrics_only(emu.run(only=i), reference)),
+        }
+        for i in range(len(emu.names))
+    ]
+
+
+def make_plan(
+    recipe,
+    onnx_path: Path,
+    inputs: list[dict],
+    reference: list[dict],
+    log: Callable = print,
+    emulator=None,
+    sens: list[dict] | None = None,
+) -> dict:
+    """Sensitivity of every node, then the smallest set kept in fp32 (see the module docstring).
+    ``emulator`` and ``sens`` (from ``sensitivity``) may be passed in to plan for several bounds."""
+    import copy
+
     from torch2ms.package.compat import Fp16Emulator, _sig
 
     t0 = time.perf_counter()
-    emu = Fp16Emulator(onnx_path, inputs, list(reference[0]))
+    emu = emulator or Fp16Emulator(onnx_path, inputs, list(reference[0]))
+    runs0 = emu.runs
     n = len(emu.names)
     before = judge(recipe, emu.run(), reference)
     log(f"fp16 plan: {n} layers; all in fp16: rel error {before['error']}")
-    sens = []
-    for i in range(n):
-        e = _error(_metrics_only(emu.run(only=i), reference))
-        sens.append({"index": i, "label": emu.labels[i], "name": emu.names[i], "op": emu.op_types[i], "error": e})
+    sens = copy.deepcopy(sens) if sens is not None else sensitivity(emu, reference)
     order = [s["index"] for s in sorted(sens, key=lambda s: (-s["error"], s["index"]))]
     tried: dict[tuple, dict] = {}
 
@@ -156,7 +179,7 @@ def make_plan(recipe, onnx_path: Path, inputs: list[dict], reference: list[dict]
     by_index = {s["index"]: s for s in sens}
     for s in sens:
         s["error"] = _sig(s["error"]) if math.isfinite(s["error"]) else "inf"
-    log(f"fp16 plan: {len(keep)} layer(s) kept in fp32; rel error {after['error']} ({emu.runs} emulations)")
+    log(f"fp16 plan: {len(keep)} layer(s) kept in fp32; rel error {after['error']} ({emu.runs - runs0} emulations)")
     kept = [by_index[i] for i in sorted(keep, key=order.index)]
     return {
         "method": METHOD,
@@ -167,7 +190,7 @@ def make_plan(recipe, onnx_path: Path, inputs: list[dict], reference: list[dict]
         "after": after,
         "keep_fp32": [{k: s[k] for k in ("label", "name", "op", "error")} for s in kept],
         "sensitivity": [{k: s[k] for k in ("label", "name", "op", "error")} for s in (by_index[i] for i in order)],
-        "emulations": emu.runs,
+        "emulations": emu.runs - runs0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
