@@ -246,12 +246,12 @@ def build_bundle(
 
         preprocess.update(detection.preprocess(recipe))
     tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
-    log("scanning the model for the target and measuring the fp16 error budget")
-    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
     plan = None
     if precision == "fp16":
         log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")
         plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
+    log("scanning the model for the target and measuring the fp16 error budget")
+    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
     aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
     if aipp_configs:
         log("checking the AIPP configs against the recipe's preprocessing")

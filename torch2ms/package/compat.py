@@ -262,6 +262,11 @@ def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -
     return emulation_metrics(emu.run(), reference)
 
 
+def _json_error(v) -> float:
+    """A recorded error back to a number ('inf', 'nan': an fp16 overflow)."""
+    return float("inf") if isinstance(v, str) else float(v)
+
+
 def _sig(v: float, digits: int = 3):
     """Round to a few significant digits so that the report is byte-stable across runs."""
     if v is None or not np.isfinite(v):
@@ -269,10 +274,13 @@ def _sig(v: float, digits: int = 3):
     return float(f"{v:.{digits}g}")
 
 
-def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict) -> dict:
+def build_report(
+    onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict, plan: dict | None = None
+) -> dict:
+    """``plan``: the fp16 plan (``precision.py``), whose all-fp16 emulation is reused here."""
     onnx_scan = scan_onnx(onnx_path)
     mindir_scan = scan_mindir(mindir_path)
-    fp16 = fp16_emulation(onnx_path, inputs, reference)
+    fp16 = plan["before"]["metrics"] if plan else fp16_emulation(onnx_path, inputs, reference)
     warnings = []
     for f in onnx_scan["findings"] + mindir_scan["findings"]:
         warnings.append(f"[{f['level']}] {f['where']} op {f['op']} x{f['count']} (first: {f['first']}): {f['why']}")
@@ -283,10 +291,19 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
             f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export "
             "without graph-kernel fusion"
         )
-    worst = max((v["rel_error"] for v in fp16.values() if isinstance(v["rel_error"], float)), default=0.0)
+    worst = max((_json_error(v["rel_error"]) for v in fp16.values()), default=0.0)  # 'nan': fp16 overflow
+    kept = len(plan["keep_fp32"]) if plan else 0
+    if kept:
+        worst = _json_error(plan["after"]["error"])
     if worst > tolerance["rel_error"]:
+        where = (
+            f" with the fp16 plan's {kept} layer(s) in fp32 (precision.md; ~{_json_error(plan['before']['error']):.3g}"
+            " with every layer in fp16)"
+            if kept
+            else ""
+        )
         warnings.append(
-            f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g} "
+            f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g}{where} "
             f"(recipe tolerance {tolerance['rel_error']:g}): compare on the board with `infer.py --self-check --rtol "
             f"{max(worst * 3, tolerance['rel_error']):.2g}`"
         )
@@ -298,6 +315,7 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
             "method": "onnxruntime; weights, inputs and every float intermediate rounded to fp16, fp32 accumulation",
             "metrics": fp16,
         },
+        "fp16_plan": None if plan is None else {"keep_fp32": kept, "rel_error_with_plan": plan["after"]["error"]},
         "warnings": warnings,
     }
 
@@ -325,6 +343,13 @@ def report_markdown(rep: dict, target, model: str) -> str:
             f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | "
             f"{m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
         )
+    plan = rep.get("fp16_plan")
+    if plan:
+        lines += [
+            "",
+            f"fp16 plan (precision.md): {plan['keep_fp32']} layer(s) kept in fp32, emulated rel error "
+            f"{plan['rel_error_with_plan']} with them.",
+        ]
     if rep.get("aipp"):
         lines += ["", *aipp_markdown(rep["aipp"])]
     lines += [
