@@ -162,6 +162,18 @@ def _readme(recipe: Recipe, version: str, target, precision: str, manifest: dict
         ),
         pre_text=pre_text,
         post_text=post_text,
+        plan_note=_plan_note(manifest.get("fp16_plan")),
+    )
+
+
+def _plan_note(plan: dict | None) -> str:
+    if plan is None:
+        return ""
+    if not plan["keep_fp32"]:
+        return f"`precision.md`: every layer may run in fp16 (emulated rel error {plan['rel_error_all_fp16']})."
+    return (
+        f"`precision.md`: {len(plan['keep_fp32'])} layer(s) stay fp32 (`keep_dtype.cfg` for ATC, "
+        f"`modify_mixlist.json`), emulated rel error {plan['rel_error_all_fp16']} -> {plan['rel_error_with_plan']}."
     )
 
 
