@@ -57,7 +57,7 @@ def trained_recipes(folder: Path) -> list[Path]:
     return out
 
 
-def measure(recipe_path: Path, runs: Path | None, bounds: list[float]) -> dict:
+def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions: list[float]) -> dict:
     recipe = load_recipe(recipe_path)
     result = Runner(recipe, runs, log=lambda m: print(f"  {m}", flush=True)).run(until="fold")
     raise_for(result)
@@ -68,6 +68,9 @@ def measure(recipe_path: Path, runs: Path | None, bounds: list[float]) -> dict:
     sens = precision.sensitivity(emu, reference)
     sens_s = time.perf_counter() - t0
     plans = {}
+    before = precision.judge(recipe, emu.run(), reference)["error"]
+    # a fraction of the all-fp16 error: a bound this network misses, so that the plan has work to do
+    bounds = list(bounds) + [float(f"{f * precision._err(before):.2g}") for f in fractions]
     for b in bounds:
         r = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": b})})
         plan = precision.make_plan(r, onnx_path, inputs, reference, emulator=emu, sens=sens)
@@ -123,6 +126,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/torch2ms-fp16"))
     ap.add_argument("--runs", type=Path)
     ap.add_argument("--bounds", type=float, nargs="+", default=[1e-2])
+    ap.add_argument(
+        "--fractions", type=float, nargs="*", default=[], help="also plan for these fractions of the all-fp16 error"
+    )
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -130,7 +136,7 @@ def main() -> None:
     results = []
     for path in recipes:
         print(f"== {path}", flush=True)
-        results.append(measure(path, args.runs, args.bounds))
+        results.append(measure(path, args.runs, args.bounds, args.fractions))
         print(json.dumps(results[-1]["plans"], default=str)[:2000], flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
