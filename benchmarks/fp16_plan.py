@@ -70,7 +70,7 @@ def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions
     plans = {}
     before = precision.judge(recipe, emu.run(), reference)["error"]
     # a fraction of the all-fp16 error: a bound this network misses, so that the plan has work to do
-    bounds = list(bounds) + [float(f"{f * precision._err(before):.2g}") for f in fractions]
+    bounds = list(bounds) + [float(f"{f * precision._json_error(before):.2g}") for f in fractions]
     for b in bounds:
         r = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": b})})
         plan = precision.make_plan(r, onnx_path, inputs, reference, emulator=emu, sens=sens)

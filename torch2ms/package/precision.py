@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
+from torch2ms.package.compat import Fp16Emulator, _json_error, _sig, emulation_metrics
 
 ASCEND_IR_TYPES = {
     "Conv": "Conv2D",  # 4-D weights; Conv3D for 5-D (ATC docs, quantizable layers)
@@ -75,17 +76,12 @@ METHOD = (
 
 def _error(metrics: dict) -> float:
     """The worst output's relative error; a non-finite output (fp16 overflow) counts as inf."""
-    worst = 0.0
-    for m in metrics.values():
-        e = m["rel_error"]
-        worst = max(worst, e if isinstance(e, float) else math.inf)
-    return worst
+    return max((_json_error(m["rel_error"]) for m in metrics.values()), default=0.0)
 
 
 def judge(recipe, outputs: list[dict], reference: list[dict]) -> dict:
     """Emulated outputs against PyTorch's: per output metrics, the worst error, the task figure,
     and whether they meet the recipe's fp16 bound."""
-    from torch2ms.package.compat import emulation_metrics
     from torch2ms.tasks import task_for
 
     metrics = emulation_metrics(outputs, reference)
@@ -102,19 +98,16 @@ def judge(recipe, outputs: list[dict], reference: list[dict]) -> dict:
     }
 
 
-def _err(v) -> float:
-    return math.inf if isinstance(v, str) else float(v)
-
-
 def sensitivity(emu, reference: list[dict]) -> list[dict]:
     """Per candidate node: the worst output's rel error with that node alone in fp16."""
+
     return [
         {
             "index": i,
             "label": emu.labels[i],
             "name": emu.names[i],
             "op": emu.op_types[i],
-            "error": _error(_metrics_only(emu.run(only=i), reference)),
+            "error": _error(emulation_metrics(emu.run(only=i), reference)),
         }
         for i in range(len(emu.names))
     ]
@@ -132,8 +125,6 @@ def make_plan(
     """Sensitivity of every node, then the smallest set kept in fp32 (see the module docstring).
     ``emulator`` and ``sens`` (from ``sensitivity``) may be passed in to plan for several bounds."""
     import copy
-
-    from torch2ms.package.compat import Fp16Emulator, _sig
 
     t0 = time.perf_counter()
     emu = emulator or Fp16Emulator(onnx_path, inputs, list(reference[0]))
@@ -193,12 +184,6 @@ def make_plan(
         "emulations": emu.runs - runs0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-
-
-def _metrics_only(outputs: list[dict], reference: list[dict]) -> dict:
-    from torch2ms.package.compat import emulation_metrics
-
-    return emulation_metrics(outputs, reference)
 
 
 # --- cache: a plan is reused while the ONNX, the samples and the bound are the same ----------------
@@ -301,14 +286,14 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     ]
     for label, m, k in (("all fp16", b, 0), ("with the plan", a, len(plan["keep_fp32"]))):
         task = f"{m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else "-"
-        lines.append(f"| {label} | {k} | {_fmt(_err(m['error']))} | {task} |")
+        lines.append(f"| {label} | {k} | {_fmt(_json_error(m['error']))} | {task} |")
     lines.append("")
     if not plan["keep_fp32"]:
         lines += ["Every layer may run in fp16: no keep_dtype.cfg or modify_mixlist.json is needed.", ""]
     else:
         lines += ["## Kept in fp32", ""]
         lines += [
-            f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_err(k['error']))}"
+            f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_json_error(k['error']))}"
             for k in plan["keep_fp32"]
         ]
         lines += [
@@ -341,7 +326,7 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     ]
     kept = {k["label"] for k in plan["keep_fp32"]}
     lines += [
-        f"| `{s['label']}` | {s['op']} | {_fmt(_err(s['error']))} | {'fp32' if s['label'] in kept else ''} |"
+        f"| `{s['label']}` | {s['op']} | {_fmt(_json_error(s['error']))} | {'fp32' if s['label'] in kept else ''} |"
         for s in rows
     ]
     if len(plan["sensitivity"]) > TABLE_ROWS:
@@ -419,8 +404,6 @@ def _mindspore_fp16(fold_dir: Path, samples: list[dict], names: list[str]) -> li
 
 
 def _agreement(true: list[dict], emulated: list[dict], reference: list[dict]) -> dict:
-    from torch2ms.package.compat import _sig, emulation_metrics
-
     t, e = emulation_metrics(true, reference), emulation_metrics(emulated, reference)
     out = {}
     for name in reference[0]:
