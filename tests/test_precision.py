@@ -149,3 +149,37 @@ def test_bundle_carries_the_plan(tmp_path):
     plan = json.loads(read["precision.json"])
     assert plan["after"]["ok"] and float(plan["after"]["error"]) <= recipe.precision.fp16_rel_error
     assert sorted(bundle.manifest["fp16_plan"]["keep_fp32"]) == sorted(SPOT["overflow"])
+
+
+def r16(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("fp32", [(), ("mul",), ("add",), ("mul", "add")])
+def test_emulator_rounds_exactly_the_fp16_nodes(tmp_path, fp32):
+    """y = x * w + b as two ONNX nodes; each choice of fp32 nodes against the same rounding in numpy:
+    a node in fp16 rounds its inputs (the weights too) and its output, a node in fp32 neither."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, b = rng.normal(0, 3, (4, 5)).astype(np.float32), rng.normal(0, 3, (4, 5)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "w"], ["m"], name="mul"),
+            helper.make_node("Add", ["m", "b"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    path = tmp_path / "mul_add.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = rng.normal(0, 3, (4, 5)).astype(np.float32)
+    emu = Fp16Emulator(path, [{"x": x}], ["y"])
+    assert emu.labels == ["mul", "add"] and emu.op_types == ["Mul", "Add"]
+    got = emu.run(fp32=[emu.labels.index(n) for n in fp32])[0]["y"]
+    m = x * w if "mul" in fp32 else r16(r16(x) * r16(w))
+    want = m + b if "add" in fp32 else r16(r16(m) + r16(b))
+    np.testing.assert_array_equal(got, want)
