@@ -14,7 +14,8 @@
   even in the fp32-preferring modes. Measured here, on the reference samples, by running the
   ONNX in onnxruntime with weights, inputs and every intermediate float tensor rounded to fp16
   (accumulation stays fp32, as in the cube unit). This approximates the board's numbers; it
-  does not model fp16 accumulation inside vector kernels (large reductions, softmax).
+  does not model fp16 accumulation inside vector kernels (large reductions, softmax). The same
+  emulation, switchable per node (``Fp16Emulator``), makes the fp16 plan (``precision.py``).
 """
 
 from __future__ import annotations
