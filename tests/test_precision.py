@@ -116,11 +116,17 @@ def test_bad_precision_field_names_it(tmp_path, value, words):
 
 def test_precision_command_prints_and_writes_the_plan(tmp_path, capsys, wide_console):
     recipe = fragile_recipe(tmp_path, "cancel")
-    assert run_cli("precision", "--recipe", str(recipe), "--out", str(tmp_path / "plan")) == 0
+    assert run_cli("precision", "--recipe", str(recipe), "--out", str(tmp_path / "plan"), "--true-fp16") == 0
     out = capsys.readouterr().out
     assert "with the plan     2 layer(s) in fp32" in out and "keep fp32: /Add (Add)" in out
     files = {p.name for p in (tmp_path / "plan").iterdir()}
-    assert files == {"plan.json", "precision.md", "keep_dtype.cfg", "converter_lite.cfg"}  # Add/Sub: no IR type
+    # Add/Sub have no verified Ascend IR type: no modify_mixlist.json
+    assert files == {"plan.json", "precision.md", "keep_dtype.cfg", "converter_lite.cfg", "true_fp16.json"}
+    truth = json.loads((tmp_path / "plan" / "true_fp16.json").read_text())
+    for engine in ("pytorch", "mindspore"):  # the generated MindSpore network with fp16 parameters too
+        m = truth[engine]["outputs"]["output"]
+        assert 0.5 <= m["emulated_rel_error"] / m["true_rel_error"] <= 2.0, (engine, m)
+    assert "## The emulation against true fp16 execution here" in (tmp_path / "plan" / "precision.md").read_text()
     assert (tmp_path / "plan" / "keep_dtype.cfg").read_text() in ("/Add\n/Sub\n", "/Sub\n/Add\n")
     md = (tmp_path / "plan" / "precision.md").read_text()
     assert "| `/Add` | Add |" in md and "only `keep_dtype.cfg` (ATC) keeps them" in md
