@@ -172,8 +172,8 @@ def _plan_note(plan: dict | None) -> str:
     if not plan["keep_fp32"]:
         return f"`precision.md`: every layer may run in fp16 (emulated rel error {plan['rel_error_all_fp16']})."
     return (
-        f"`precision.md`: {len(plan['keep_fp32'])} layer(s) stay fp32 (`keep_dtype.cfg` for ATC, "
-        f"`modify_mixlist.json`), emulated rel error {plan['rel_error_all_fp16']} -> {plan['rel_error_with_plan']}."
+        f"`precision.md`: {len(plan['keep_fp32'])} layer(s) stay fp32 (the files it names in `targets/`), "
+        f"emulated rel error {plan['rel_error_all_fp16']} -> {plan['rel_error_with_plan']}."
     )
 
 

@@ -258,9 +258,7 @@ def converter_lite_settings(plan: dict) -> dict[str, dict[str, str]]:
 
 def bundle_files(plan: dict) -> dict[str, str]:
     """Files for ``targets/<board>/`` (empty without a plan: ATC and converter_lite run as before)."""
-    if not plan["keep_fp32"]:
-        return {}
-    files = {"keep_dtype.cfg": keep_dtype_text(plan)}
+    files = {"keep_dtype.cfg": keep_dtype_text(plan)} if keep_dtype_text(plan) else {}
     if mixlist(plan):
         files["modify_mixlist.json"] = json.dumps(mixlist(plan), indent=2) + "\n"
     return files
