@@ -78,6 +78,8 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
         "samples/reference.npz",
         "compatibility.md",
         "compatibility.json",
+        "precision.md",  # the fp16 plan (--precision fp16, the default): nothing kept fp32 for this net
+        "precision.json",
     }
     expected |= {
         f"targets/atlas-200i-dk-a2/{f}"
@@ -94,7 +96,7 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     assert {"torch", "mindspore", "onnx", "torch2ms"} <= set(manifest["versions"])
     assert _cli(["verify", str(bundle)]) == 0
     out = capsys.readouterr().out
-    assert "12 files match manifest.json" in out and "OK tiny" in out
+    assert "14 files match manifest.json" in out and "OK tiny" in out
     assert "task: top-1 agreement 1.0000, top-5 overlap 1.0000" in out
 
 

@@ -58,3 +58,34 @@ class _WeightFree(nn.Module):
 def weight_free() -> nn.Module:
     """No parameters at all: the generated network has no checkpoint to load."""
     return _WeightFree()
+
+
+class Fp16Fragile(nn.Module):
+    """One fp16-fragile spot between ordinary layers, fine in float32:
+
+    * ``cancel``: ``(y + 1000) - 1000``. fp16 keeps 0.5 of absolute precision at 1000, so y loses
+      ~0.25; float32 loses ~3e-5.
+    * ``overflow``: a 1x1 conv whose weights are scaled by 1e5, then ``* 1e-5``: its outputs pass
+      fp16's largest value (65504) and become inf.
+
+    Either way two nodes must stay fp32: the one that makes the value and the one that takes it
+    (a node in fp16 rounds its inputs too)."""
+
+    def __init__(self, classes: int = 5, kind: str = "cancel"):
+        super().__init__()
+        self.kind = kind
+        self.conv = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.big = nn.Conv2d(8, 8, 1)
+        with torch.no_grad():
+            self.big.weight.mul_(1e5)
+            self.big.bias.mul_(1e5)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = (y + 1000.0) - 1000.0 if self.kind == "cancel" else self.big(y) * 1e-5
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+def fp16_fragile(classes: int = 5, kind: str = "cancel") -> nn.Module:
+    return Fp16Fragile(classes, kind)

@@ -176,6 +176,20 @@ class MindirSpec(_Strict):
     enabled: bool = True
 
 
+class PrecisionSpec(_Strict):
+    """The fp16 plan (``torch2ms precision``, ``package --precision fp16``): which layers stay fp32 on the board."""
+
+    fp16_rel_error: float = Field(
+        default=1e-2,
+        gt=0,
+        le=1,
+        description="max |fp16 - PyTorch| / max |PyTorch| per output allowed under fp16 on the board, as emulated "
+        "in onnxruntime; layers are kept in fp32 (most sensitive first) until the emulated outputs are within it, "
+        "and within check.task_agreement when the recipe sets it. fp16 rounds each value by up to 4.9e-4 and a deep "
+        "network compounds many roundings, so ~1e-3..1e-2 is what a well-scaled network reaches",
+    )
+
+
 class PreprocessSpec(_Strict):
     """How raw images become the model input (used by packaging; not applied by the checks)."""
 
@@ -259,6 +273,7 @@ class Recipe(_Strict):
     fold: FoldSpec = FoldSpec()
     compile: CompileSpec = CompileSpec()
     mindir: MindirSpec = MindirSpec()
+    precision: PrecisionSpec = PrecisionSpec()
     preprocess: PreprocessSpec = PreprocessSpec()
     class_names: tuple[str, ...] | None = None
     postprocess: PostprocessSpec | None = None

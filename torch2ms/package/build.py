@@ -20,6 +20,7 @@ from string import Template
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import aipp, compat, targets
+from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
@@ -163,6 +164,18 @@ def _readme(
         ),
         pre_text=pre_text,
         post_text=post_text,
+        plan_note=_plan_note(manifest.get("fp16_plan")),
+    )
+
+
+def _plan_note(plan: dict | None) -> str:
+    if plan is None:
+        return ""
+    if not plan["keep_fp32"]:
+        return f"`precision.md`: every layer may run in fp16 (emulated rel error {plan['rel_error_all_fp16']})."
+    return (
+        f"`precision.md`: {len(plan['keep_fp32'])} layer(s) stay fp32 (the files it names in `targets/`), "
+        f"emulated rel error {plan['rel_error_all_fp16']} -> {plan['rel_error_with_plan']}."
     )
 
 
@@ -249,8 +262,12 @@ def build_bundle(
 
         preprocess.update(detection.preprocess(recipe))
     tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
+    plan = None
+    if precision == "fp16":
+        log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")
+        plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     log("scanning the model for the target and measuring the fp16 error budget")
-    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance)
+    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
     aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
     if aipp_configs:
         log("checking the AIPP configs against the recipe's preprocessing")
@@ -265,14 +282,26 @@ def build_bundle(
         f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
             target, recipe.name, inputs, precision, fp32_outputs=detecting
         ).encode(),
-        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision, inputs).encode(),
+        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision, inputs, plan).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
-            target, recipe.name, inputs, precision, with_aipp=is_image, fp32_outputs=detecting
+            target,
+            recipe.name,
+            inputs,
+            precision,
+            with_aipp=is_image,
+            fp32_outputs=detecting,
+            keep_dtype=bool(plan and fp16_plan.keep_dtype_text(plan)),
         ).encode(),
         "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
     }
     files.update({f"{tdir}/{name}": text.encode() for name, (text, _) in aipp_configs.items()})
+    if plan is not None:
+        files.update({f"{tdir}/{name}": text.encode() for name, text in fp16_plan.bundle_files(plan).items()})
+        files["precision.md"] = fp16_plan.plan_markdown(plan, recipe.name).encode()
+        files["precision.json"] = (
+            json.dumps({k: v for k, v in plan.items() if k not in ("key", "seconds")}, indent=2) + "\n"
+        ).encode()
     mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
     manifest = {
         "format": FORMAT,
@@ -296,6 +325,7 @@ def build_bundle(
         "recipe_sha256": recipe.sha256(),
         "warnings": report["warnings"],
         "aipp_check": report.get("aipp"),
+        "fp16_plan": fp16_plan.summary(plan) if plan is not None else None,
         "files": {},
     }
     if detecting:

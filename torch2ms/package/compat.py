@@ -15,12 +15,14 @@
   even in the fp32-preferring modes. Measured here, on the reference samples, by running the
   ONNX in onnxruntime with weights, inputs and every intermediate float tensor rounded to fp16
   (accumulation stays fp32, as in the cube unit). This approximates the board's numbers; it
-  does not model fp16 accumulation inside vector kernels (large reductions, softmax).
+  does not model fp16 accumulation inside vector kernels (large reductions, softmax). The same
+  emulation, switchable per node (``Fp16Emulator``), makes the fp16 plan (``precision.py``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -130,49 +132,128 @@ def scan_mindir(path: Path) -> dict:
     return {"ops": compute, "findings": findings, "fused_kernels": fused}
 
 
-def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -> dict:
-    """Run the ONNX with weights, inputs and every float intermediate rounded to fp16."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+# Inputs that hold sizes, not data: the board computes them at compile time, never in fp16.
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
 
-    m = onnx.load(str(onnx_path))
-    for t in m.graph.initializer:
-        if t.data_type == TensorProto.FLOAT:
-            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16).astype(np.float32), t.name))
-    inferred = onnx.shape_inference.infer_shapes(m)
-    float_values = {
-        v.name
-        for v in list(inferred.graph.value_info) + list(inferred.graph.output)
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT
-    }
-    nodes = []
-    for n in m.graph.node:
-        outs = list(n.output)
-        casts = []
-        for k, o in enumerate(outs):
-            if o in float_values:
-                raw = f"{o}__fp32"
-                n.output[k] = raw
-                casts += [
-                    helper.make_node("Cast", [raw], [f"{o}__fp16"], to=TensorProto.FLOAT16),
-                    helper.make_node("Cast", [f"{o}__fp16"], [o], to=TensorProto.FLOAT),
-                ]
-        nodes += [n, *casts]
-    del m.graph.node[:]
-    m.graph.node.extend(nodes)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
-    opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
-    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    names = list(reference[0])
-    metrics = {}
-    got = [
-        dict(zip(names, sess.run(names, {k: v.astype(np.float16).astype(np.float32) for k, v in s.items()})))
-        for s in inputs
+
+class Fp16Emulator:
+    """The ONNX in onnxruntime with fp16 rounding switchable per node.
+
+    A node "in fp16" rounds each float input (weights, activations, graph inputs) and each float
+    output to fp16; a node kept in fp32 sees its inputs as they arrive (rounded already when their
+    producer ran in fp16) and writes exact fp32 outputs, as ATC's ``--keep_dtype`` keeps a node's
+    original dtype. Accumulation stays fp32 either way (the cube unit's). Every rounding is
+    ``Where(flag_i, Cast(Cast(x, fp16), fp32), x)`` with ``flag_i`` element ``i`` of one boolean
+    graph input, so one session serves every choice of fp32 nodes; initializers get their rounded
+    copy precomputed. Candidates are the nodes with a float output, Constant nodes excepted (their
+    value is rounded by the consumer, like a weight).
+    """
+
+    FLAGS = "__t2ms_fp16_flags"
+
+    def __init__(self, onnx_path: Path, inputs: list[dict], output_names: list[str]):
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+
+        m = onnx.load(str(onnx_path))
+        inferred = onnx.shape_inference.infer_shapes(m)
+        floats = {
+            v.name
+            for v in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
+            if v.type.tensor_type.elem_type == TensorProto.FLOAT
+        }
+        inits = {t.name: t for t in m.graph.initializer if t.data_type == TensorProto.FLOAT}
+        floats |= set(inits)
+        self.inputs, self.output_names = inputs, output_names
+        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
+        self.op_types: list[str] = []
+        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
+        rounded: dict[str, str] = {}
+        extra_inits = []
+        nodes = []
+
+        def round_of(value: str) -> str:
+            if value not in rounded:
+                rounded[value] = f"{value}__r16"
+                if value in inits:
+                    arr = numpy_helper.to_array(inits[value]).astype(np.float16).astype(np.float32)
+                    extra_inits.append(numpy_helper.from_array(arr, rounded[value]))
+                else:
+                    nodes.extend(_round_nodes(value, rounded[value]))
+            return rounded[value]
+
+        for index, n in enumerate(m.graph.node):
+            outs = [o for o in n.output if o in floats]
+            if n.op_type == "Constant" or not outs:
+                nodes.append(n)
+                continue
+            i = len(self.names)
+            self.names.append(n.name)
+            self.op_types.append(n.op_type)
+            self.labels.append(n.name or f"<{n.op_type} #{index}>")
+            flag = f"__t2ms_flag{i}"
+            nodes.append(helper.make_node("Constant", [], [f"{flag}__idx"], value_int=i))
+            nodes.append(helper.make_node("Gather", [self.FLAGS, f"{flag}__idx"], [flag]))
+            skip = SHAPE_INPUTS.get(n.op_type, ())
+            for k, x in enumerate(n.input):
+                if x and x in floats and k not in skip:
+                    sel = f"{x}__in{i}_{k}"
+                    nodes.append(helper.make_node("Where", [flag, round_of(x), x], [sel]))
+                    n.input[k] = sel
+            post = []
+            for k, o in enumerate(n.output):
+                if o in floats:
+                    raw = f"{o}__fp32"
+                    n.output[k] = raw
+                    post += _round_nodes(raw, f"{raw}__r16")
+                    post.append(helper.make_node("Where", [flag, f"{raw}__r16", raw], [o]))
+            nodes += [n, *post]
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        m.graph.initializer.extend(extra_inits)
+        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
+        opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
+        self.session = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.runs = 0
+
+    def flags(self, fp32: Collection[int] = (), only: int | None = None) -> np.ndarray:
+        """Per candidate: True (fp16) unless in ``fp32``; with ``only``, that one node alone in fp16."""
+        if only is not None:
+            f = np.zeros(len(self.names), bool)
+            f[only] = True
+            return f
+        f = np.ones(len(self.names), bool)
+        f[list(fp32)] = False
+        return f
+
+    def run(self, fp32: Collection[int] = (), only: int | None = None) -> list[dict[str, np.ndarray]]:
+        """Outputs per sample with every candidate in fp16 except ``fp32`` (indices into ``names``)."""
+        flags = self.flags(fp32, only)
+        self.runs += 1
+        return [
+            dict(zip(self.output_names, self.session.run(self.output_names, {**s, self.FLAGS: flags})))
+            for s in self.inputs
+        ]
+
+
+def _round_nodes(value: str, out: str) -> list:
+    """``out = float32(float16(value))``: round to nearest fp16 (overflow to inf, as fp16 does)."""
+    from onnx import TensorProto, helper
+
+    return [
+        helper.make_node("Cast", [value], [f"{out}__h"], to=TensorProto.FLOAT16),
+        helper.make_node("Cast", [f"{out}__h"], [out], to=TensorProto.FLOAT),
     ]
-    for name in names:
+
+
+def emulation_metrics(got: list[dict], reference: list[dict]) -> dict:
+    """Per output: rel error, max abs, cosine, argmax agreement of emulated outputs vs PyTorch's."""
+    metrics = {}
+    for name in reference[0]:
         a = np.stack([g[name] for g in got])
         r = np.stack([s[name] for s in reference])
         mt = compare_arrays(name, a.reshape(-1, *a.shape[2:]), r.reshape(-1, *r.shape[2:]))
@@ -185,6 +266,17 @@ def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -
     return metrics
 
 
+def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -> dict:
+    """Every node in fp16 (weights, inputs and every float intermediate rounded), per output metrics."""
+    emu = Fp16Emulator(onnx_path, inputs, list(reference[0]))
+    return emulation_metrics(emu.run(), reference)
+
+
+def _json_error(v) -> float:
+    """A recorded error back to a number ('inf', 'nan': an fp16 overflow)."""
+    return float("inf") if isinstance(v, str) else float(v)
+
+
 def _sig(v: float, digits: int = 3):
     """Round to a few significant digits so that the report is byte-stable across runs."""
     if v is None or not np.isfinite(v):
@@ -192,10 +284,13 @@ def _sig(v: float, digits: int = 3):
     return float(f"{v:.{digits}g}")
 
 
-def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict) -> dict:
+def build_report(
+    onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict, plan: dict | None = None
+) -> dict:
+    """``plan``: the fp16 plan (``precision.py``), whose all-fp16 emulation is reused here."""
     onnx_scan = scan_onnx(onnx_path)
     mindir_scan = scan_mindir(mindir_path)
-    fp16 = fp16_emulation(onnx_path, inputs, reference)
+    fp16 = plan["before"]["metrics"] if plan else fp16_emulation(onnx_path, inputs, reference)
     warnings = []
     for f in onnx_scan["findings"] + mindir_scan["findings"]:
         warnings.append(f"[{f['level']}] {f['where']} op {f['op']} x{f['count']} (first: {f['first']}): {f['why']}")
@@ -206,10 +301,19 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
             f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export "
             "without graph-kernel fusion"
         )
-    worst = max((v["rel_error"] for v in fp16.values() if isinstance(v["rel_error"], float)), default=0.0)
+    worst = max((_json_error(v["rel_error"]) for v in fp16.values()), default=0.0)  # 'nan': fp16 overflow
+    kept = len(plan["keep_fp32"]) if plan else 0
+    if kept:
+        worst = _json_error(plan["after"]["error"])
     if worst > tolerance["rel_error"]:
+        where = (
+            f" with the fp16 plan's {kept} layer(s) in fp32 (precision.md; ~{_json_error(plan['before']['error']):.3g}"
+            " with every layer in fp16)"
+            if kept
+            else ""
+        )
         warnings.append(
-            f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g} "
+            f"[precision] fp16 execution is expected to move outputs by a relative error of ~{worst:.3g}{where} "
             f"(recipe tolerance {tolerance['rel_error']:g}): compare on the board with `infer.py --self-check --rtol "
             f"{max(worst * 3, tolerance['rel_error']):.2g}`"
         )
@@ -221,6 +325,7 @@ def build_report(onnx_path: Path, mindir_path: Path, inputs, reference, precisio
             "method": "onnxruntime; weights, inputs and every float intermediate rounded to fp16, fp32 accumulation",
             "metrics": fp16,
         },
+        "fp16_plan": None if plan is None else {"keep_fp32": kept, "rel_error_with_plan": plan["after"]["error"]},
         "warnings": warnings,
     }
 
@@ -248,6 +353,13 @@ def report_markdown(rep: dict, target, model: str) -> str:
             f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | "
             f"{m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
         )
+    plan = rep.get("fp16_plan")
+    if plan:
+        lines += [
+            "",
+            f"fp16 plan (precision.md): {plan['keep_fp32']} layer(s) kept in fp32, emulated rel error "
+            f"{plan['rel_error_with_plan']} with them.",
+        ]
     if rep.get("aipp"):
         lines += ["", *aipp_markdown(rep["aipp"])]
     lines += [

@@ -117,17 +117,23 @@ def _shapes(inputs: list[dict], sep: str, brackets: bool = False) -> str:
     return ";".join(f"{i['name']}:{dims(i)}" for i in inputs)
 
 
-def converter_lite_cfg(precision: str, inputs: list[dict] | None = None) -> str:
-    """``[ascend_context]``; with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``
+def converter_lite_cfg(precision: str, inputs: list[dict] | None = None, plan: dict | None = None) -> str:
+    """``[ascend_context]``: with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``
     (one profile per size: ``[1],[2],[4],[8]``), which the MindSpore Lite docs take from the config
-    file rather than ``--inputShape``."""
-    mode, _ = PRECISION[precision]
-    text = f"[ascend_context]\ninput_format=NCHW\nprecision_mode={mode}\n"
+    file rather than ``--inputShape``; with an fp16 plan that keeps layers in fp32, the
+    mixed-precision settings of ``precision.converter_lite_settings``."""
+    context = {"input_format": "NCHW", "precision_mode": PRECISION[precision][0]}
     sizes = batch_sizes(inputs or [])
     if sizes:
-        text += f"input_shape={_shapes(inputs, ',', brackets=True)}\n"
-        text += "dynamic_dims=" + ",".join(f"[{b}]" for b in sizes) + "\n"
-    return text
+        context["input_shape"] = _shapes(inputs, ",", brackets=True)
+        context["dynamic_dims"] = ",".join(f"[{b}]" for b in sizes)
+    sections = {"ascend_context": context}
+    if plan is not None and precision == "fp16":
+        from torch2ms.package.precision import converter_lite_settings
+
+        for section, keys in converter_lite_settings(plan).items():
+            sections.setdefault(section, {}).update(keys)
+    return "".join(f"[{name}]\n" + "".join(f"{k}={v}\n" for k, v in keys.items()) for name, keys in sections.items())
 
 
 def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
@@ -155,6 +161,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$HERE/../.." && pwd)
 CONVERTER=${{CONVERTER_LITE:-converter_lite}}
+cd "$HERE"  # converter_lite.cfg names modify_mixlist.json relative to this folder
 "$CONVERTER" --fmk=MINDIR \\
   --modelFile="$BUNDLE/model/network.mindir" \\
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
@@ -167,9 +174,17 @@ echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device
 
 
 def atc_sh(
-    target: Target, model_name: str, inputs: list[dict], precision: str, with_aipp: bool, fp32_outputs: bool = False
+    target: Target,
+    model_name: str,
+    inputs: list[dict],
+    precision: str,
+    with_aipp: bool,
+    fp32_outputs: bool = False,
+    keep_dtype: bool = False,
 ) -> str:
     flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
+    # the fp16 plan: these ONNX nodes keep float32 under force_fp16 (precision.md)
+    flags += ' \\\n  --keep_dtype="$HERE/keep_dtype.cfg"' if keep_dtype else ""
     flags += " \\\n  --output_type=FP32" if fp32_outputs else ""  # the host postprocess was checked on float32
     sizes = batch_sizes(inputs)
     if sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize

@@ -1,0 +1,95 @@
+"""``torch2ms precision``: the fp16 plan of a recipe (which layers stay fp32 on the board)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
+
+ROWS = 15
+
+
+@app.command()
+def precision(
+    recipe: Path = typer.Option(..., "--recipe", "-r", help="recipe YAML"),
+    runs: Path | None = typer.Option(None, "--runs", help="run folders root (default: the recipe's `output`, runs/)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="folder for the plan files (default: <run>/precision)"),
+    true_fp16: bool = typer.Option(
+        False,
+        "--true-fp16",
+        help="also run the model in real fp16 here (PyTorch CPU .half(), the generated MindSpore network with fp16 "
+        "parameters) and state how far the emulation is from it",
+    ),
+    cpu_isa: str | None = CpuIsa,
+) -> None:
+    """Emulate fp16 per layer, find the fewest layers to keep in fp32 for precision.fp16_rel_error (and
+    check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md."""
+    from torch2ms.package import precision as plan_mod
+    from torch2ms.package.targets import converter_lite_cfg
+    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
+    from torch2ms.recipe import load_recipe
+    from torch2ms.stages import writer_of
+
+    r = load_recipe(recipe)
+    setup_cpu(cpu_isa)
+    until = "fold" if true_fp16 else "export"
+    runner = Runner(
+        r,
+        runs,
+        log=lambda m: console.print(f"[yellow]{m}[/yellow]"),
+        on_stage=lambda s, st: console.print(f"  {s:<8} {st}") if st != "running" else None,
+    )
+    result = runner.run(until=until)
+    raise_for(result)
+    onnx_path, ref_path = (result.root / writer_of(n, r) / n for n in ("model.onnx", "reference.npz"))
+    plan = plan_mod.cached_plan(r, result.root, onnx_path, ref_path, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+    dest = out or result.root / "precision"
+    dest.mkdir(parents=True, exist_ok=True)
+    truth = None
+    if true_fp16:
+        from torch2ms.package.compat import Fp16Emulator
+
+        ref_in, ref_out = split_reference(load_npz(ref_path))
+        emulated = Fp16Emulator(onnx_path, ref_in, list(ref_out[0])).run()
+        truth = plan_mod.true_fp16(r, ref_in, ref_out, emulated, result.root / writer_of("network.py", r))
+        write_json(dest / "true_fp16.json", truth)
+    for name, text in plan_mod.bundle_files(plan).items():
+        (dest / name).write_text(text)
+    (dest / "converter_lite.cfg").write_text(converter_lite_cfg("fp16", plan=plan))
+    (dest / "precision.md").write_text(plan_mod.plan_markdown(plan, r.name, truth))
+    if out is not None:
+        (dest / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+
+    def row(label: str, m: dict, k: int) -> str:
+        task = f", {m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else ""
+        return f"  {label:<14} {k:>4} layer(s) in fp32: rel error {m['error']}{task}"
+
+    bound = plan["bound"]
+    out_console.print(
+        f"fp16 plan for {r.name}: bound rel error <= {bound['fp16_rel_error']:g}"
+        + (f", task agreement >= {bound['task_agreement']}" if bound["task_agreement"] is not None else ""),
+        highlight=False,
+    )
+    out_console.print(row("all fp16", plan["before"], 0), highlight=False)
+    out_console.print(row("with the plan", plan["after"], len(plan["keep_fp32"])), highlight=False)
+    for k in plan["keep_fp32"]:
+        out_console.print(f"  keep fp32: {k['label']} ({k['op']}), alone in fp16: {k['error']}", highlight=False)
+    out_console.print(f"most sensitive layers (of {plan['layers']}), rel error with that layer alone in fp16:")
+    for s in plan["sensitivity"][:ROWS]:
+        out_console.print(f"  {s['error']!s:>10}  {s['op']:<20} {s['label']}", highlight=False)
+    if truth:
+        for engine, res in truth.items():
+            if "error" in res:
+                out_console.print(f"true fp16 ({engine}): not run: {res['error']}", highlight=False)
+                continue
+            for name, m in res["outputs"].items():
+                out_console.print(
+                    f"true fp16 ({engine}) output {name!r}: rel error {m['true_rel_error']}, emulated "
+                    f"{m['emulated_rel_error']}, emulated vs true {m['emulated_vs_true']}",
+                    highlight=False,
+                )
+    out_console.print(f"plan: {dest}", highlight=False)
