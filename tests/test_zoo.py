@@ -370,7 +370,22 @@ def test_shipped_zoo_files_are_valid():
     tv = load_zoo(REPO / "recipes" / "zoo" / "torchvision.yaml")
     assert len(tv) == 24 and len({m.name for m in tv}) == 24
     ci = load_zoo(REPO / "recipes" / "zoo" / "ci.yaml")
-    assert {m.name for m in ci} <= {m.name for m in tv} and len(ci) == 7
+    assert len(ci) == 12 and len([m for m in ci if m.name in {t.name for t in tv}]) == 7
+    timm, smp, yolo = (load_zoo(REPO / "recipes" / "zoo" / f"{z}.yaml") for z in ("timm", "smp", "yolo"))
+    assert (len(timm), len(smp), len(yolo)) == (84, 23, 8)
+    assert {m.recipe.model.kwargs["arch"] for m in smp} == {
+        "Unet", "UnetPlusPlus", "MAnet", "Linknet", "FPN", "PSPNet", "PAN", "DeepLabV3", "DeepLabV3Plus", "UPerNet",
+        "Segformer", "DPT",
+    }  # fmt: skip
+    assert all(m.recipe.postprocess.format == "yolo" and m.recipe.inputs[0].shape == (1, 3, 640, 640) for m in yolo)
+
+
+def test_timm_zoo_input_sizes_are_each_models_pretrained_cfg():
+    timm = pytest.importorskip("timm")
+    for m in load_zoo(REPO / "recipes" / "zoo" / "timm.yaml"):
+        cfg = timm.models.get_pretrained_cfg(m.recipe.model.kwargs["name"])
+        want = tuple(cfg.input_size) if cfg is not None and cfg.input_size else (3, 224, 224)
+        assert m.recipe.inputs[0].shape == (1, *want), m.name
 
 
 def test_ray_executor_gives_the_same_statuses_as_local(tiny_zoo, tmp_path):
