@@ -214,24 +214,11 @@ def _print_table(data: dict) -> None:
     from rich.table import Table
 
     from torch2ms.stages import stage_names
+    from torch2ms.zoo.row import COLUMNS
     from torch2ms.zoo.summary import cells
 
     table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
-    for c in (
-        "model",
-        "status",
-        "stages",
-        "rel err",
-        "cosine",
-        "task",
-        "ONNX",
-        "C2dBnAct",
-        "BN fold",
-        "conv s",
-        "ms",
-        "RSS MB",
-        "reason",
-    ):
+    for c in ("model", "status", "stages", *(short for short, _, _ in COLUMNS), "reason"):
         table.add_column(c, overflow="fold", no_wrap=c not in ("reason",))
     style = {"passed": "green", "failed": "red", "timeout": "red", "oom": "red", "crashed": "red"}
     for r in data["models"]:

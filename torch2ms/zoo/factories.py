@@ -11,7 +11,8 @@ torchvision's ``VisionTransformer`` zero-initialises its classifier (``heads.hea
 random weights every output is exactly 0 and every stage "matches" PyTorch whatever the
 conversion did (measured: max relative error 0.0, cosine 1.0). ``vit_b_16`` gives the head a
 seeded normal init (std 0.02, like the rest of the transformer) so that the outputs depend on
-every layer. timm models whose classifier is zero-initialised the same way get the same fix.
+every layer. ``timm_model`` gives every all-zero ``Linear`` weight (a zero-initialised head or residual
+branch) the same seeded init, for the same reason.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def vit_b_16(**kwargs):
 
 
 def timm_model(name: str, **kwargs):
-    """``timm.create_model(name, pretrained=False)`` in eval mode; an all-zero classifier is re-initialised."""
+    """``timm.create_model(name, pretrained=False, **kwargs)`` in eval mode; all-zero Linear weights re-initialised."""
     import timm
     import torch
 
