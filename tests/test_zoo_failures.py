@@ -78,7 +78,7 @@ def test_exits_are_timeout_oom_or_crash_with_the_stage():
         "category": "timeout",
         "blockers": ["timeout in compile"],
     }
-    assert failures.from_exit("oom", None).blockers == ["oom in before the first stage"]
+    assert failures.from_exit("oom", None).blockers == ["oom before the first stage"]
     assert failures.from_exit("crashed", "fold", "killed by SIGSEGV").blockers == ["fold: worker killed by SIGSEGV"]
 
 

@@ -94,9 +94,9 @@ def from_check(stage: str, record: dict | None, stage_dir: Path) -> Failure:
 
 def from_exit(status: str, stage: str | None, how: str = "") -> Failure:
     """The launcher ended the worker (timeout, oom) or saw it die (crash: ``how`` it died)."""
-    where = stage or "before the first stage"
     if status in ("timeout", "oom"):
-        return Failure(status, [f"{status} in {where}"])
+        return Failure(status, [f"{status} in {stage}" if stage else f"{status} before the first stage"])
+    where = stage or "before the first stage"
     return Failure("crash", [f"{where}: worker {how}" if how else f"{where}: worker died"])
 
 
