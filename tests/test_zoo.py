@@ -123,7 +123,7 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         assert r["latency_ms"] > 0 and r["peak_rss_mb"] > 100 and r["convert_s"] > 0
         assert (out / r["name"] / "report.json").is_file()  # the ordinary run folder
         assert r["category"] is None and r["blockers"] == []
-        assert r["disk_mb"] == pytest.approx(du_mb(out / r["name"]), rel=0.05) and r["disk_mb"] > 0
+        assert r["disk_mb"] == pytest.approx(du_mb(out / r["name"]), abs=0.1) and r["disk_mb"] > 0
     assert data["disk_mb"] == pytest.approx(sum(r["disk_mb"] for r in rows.values()), abs=0.2)
     assert data["categories"] == {} and data["blockers"] == []
     assert (
