@@ -37,8 +37,13 @@ def test_unsupported_ops_give_one_blocker_per_op_and_reason():
     "message, kind",
     [
         (
+            "torch.onnx.export failed for smp:f: SymbolicValueError: Unsupported: ONNX export of operator "
+            "adaptive_avg_pool2d, output size that are not factor of input size.",
+            "torch.onnx.export: SymbolicValueError: Unsupported: ONNX export of operator adaptive_avg_pool2d",
+        ),
+        (
             "torch.onnx.export failed for timm:x: UnsupportedOperatorError: Exporting the operator aten::foo",
-            "torch.onnx.export: UnsupportedOperatorError",
+            "torch.onnx.export: UnsupportedOperatorError: Exporting the operator aten::foo",
         ),
         (
             "m:f: the model raised on the recipe's inputs (input [1, 3, 256, 256]): AssertionError: size",

@@ -6,7 +6,8 @@ Categories:
 * ``unsupported-op``: a node has no converter, or an attribute value or opset the converter refuses;
   one blocker per op type and reason (``Resize: mode='cubic' not supported``);
 * ``export``: the model could not be built, run or exported to ONNX (the export stage raised); the
-  blocker is the kind of error (``torch.onnx.export: UnsupportedOperatorError``);
+  blocker is the kind of error (``torch.onnx.export: SymbolicValueError: Unsupported: ONNX export of
+  operator adaptive_avg_pool2d``);
 * ``numeric``: a stage ran but its outputs left the tolerance against PyTorch; the blocker is the
   first diverging op that ``diff`` named (``first diverging op: Resize``), or the stage when there is
   no generated code to localise in (export: onnxruntime against PyTorch);
@@ -43,6 +44,8 @@ def _first_line(text: str) -> str:
 
 # ModelError messages of the export stage and the model loader, by what went wrong (the first match wins)
 _EXPORT_KINDS: list[tuple[re.Pattern, str]] = [
+    # the exporter's own words up to the first comma or period: "Unsupported: ONNX export of operator X"
+    (re.compile(r"torch\.onnx\.export failed for \S+: (\w+): ([^,.\n]{0,90})"), "torch.onnx.export: {0}: {1}"),
     (re.compile(r"torch\.onnx\.export failed for \S+: (\w+)"), "torch.onnx.export: {0}"),
     (re.compile(r"the model raised on the recipe's inputs \([^)]*\): (\w+)"), "the model raised {0} on its inputs"),
     (re.compile(r"model\.factory: cannot import module '([\w.]+)'"), "factory module {0} cannot be imported"),
@@ -53,11 +56,12 @@ _EXPORT_KINDS: list[tuple[re.Pattern, str]] = [
 
 
 def export_kind(message: str) -> str:
-    """The kind of an export error, e.g. ``torch.onnx.export: UnsupportedOperatorError``."""
+    """The kind of an export error, e.g. ``torch.onnx.export: SymbolicValueError: Unsupported: ONNX export of
+    operator adaptive_avg_pool2d``."""
     for pattern, kind in _EXPORT_KINDS:
         m = pattern.search(message)
         if m:
-            return kind.format(*m.groups())
+            return kind.format(*(g.strip() for g in m.groups()))
     return _first_line(message)[:80]
 
 
