@@ -25,18 +25,17 @@ from __future__ import annotations
 import os
 
 
-def yolo(cfg: str = "yolov8n.yaml", imgsz: int = 640, seed: int = 0, max_logit: float | None = None):
-    """``max_logit``: also bound the class logits on the calibration images (see ``scale_head``)."""
+def yolo(cfg: str = "yolov8n.yaml", imgsz: int = 640, seed: int = 0):
     os.environ.setdefault("YOLO_OFFLINE", "1")
     from ultralytics import YOLO
 
     model = YOLO(cfg).model
-    calibrate_norm(model, imgsz, seed=seed, max_logit=max_logit)
+    calibrate_norm(model, imgsz, seed=seed)
     model.model[-1].export = True  # return the decoded head (and prototypes), not the training dict
     return model.eval().requires_grad_(False)
 
 
-def calibrate_norm(model, imgsz: int, seed: int = 0, max_logit: float | None = None) -> int:
+def calibrate_norm(model, imgsz: int, seed: int = 0) -> int:
     """Seeded BatchNorm affine parameters, running statistics measured on photos, head rescaled."""
     import torch
 
@@ -54,7 +53,7 @@ def calibrate_norm(model, imgsz: int, seed: int = 0, max_logit: float | None = N
         for m in norms:
             m.momentum = 0.03
         model.eval()
-    scale_head(model, images, max_logit=max_logit)
+    scale_head(model, images)
     return len(norms)
 
 
@@ -83,18 +82,10 @@ def calibration_images(size: int):
     return torch.stack(out)
 
 
-def scale_head(
-    model, images, cls_mean: float = -4.0, cls_std: float = 0.5, box_std: float = 1.5, max_logit: float | None = None
-) -> None:
+def scale_head(model, images, cls_mean: float = -4.0, cls_std: float = 0.5, box_std: float = 1.5) -> None:
     """Rescale the last convolution of the class and box branches so that, on the calibration images, class
     logits have mean ``cls_mean`` and std ``cls_std`` (a few anchors above 0.25, as after training) and the DFL
-    logits std ``box_std`` (box edges spread over the 16 bins instead of pinned to the last one).
-
-    Random class logits can have a tail far above that std (yolov8n at 160x160, yolo12n, yolov9t): anchors
-    where several classes' sigmoids round to 1.0 in float32, so that which class wins is decided by
-    rounding, and onnxruntime and PyTorch pick different ones. ``max_logit`` narrows the scale until the largest class
-    logit on the calibration images is at most that (4: score 0.982, where float32 still tells classes apart).
-    """
+    logits std ``box_std`` (box edges spread over the 16 bins instead of pinned to the last one)."""
     import torch
 
     head = model.model[-1]
@@ -112,9 +103,6 @@ def scale_head(
         conv = (head.cv2 if kind == "box" else head.cv3)[k][-1]
         mean, std = out.mean().item(), out.std().item()
         target_mean, target_std = (cls_mean, cls_std) if kind == "cls" else (0.0, box_std)
-        scale = target_std / std
-        if kind == "cls" and max_logit is not None and out.max().item() > mean:
-            scale = min(scale, (max_logit - target_mean) / (out.max().item() - mean))
         with torch.no_grad():
-            conv.weight.mul_(scale)
-            conv.bias.copy_((conv.bias - mean) * scale + target_mean)
+            conv.weight.mul_(target_std / std)
+            conv.bias.copy_((conv.bias - mean) * (target_std / std) + target_mean)
