@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RECIPE ?= recipes/deeplabv3plus.yaml
+ZOO ?= recipes/zoo/torchvision.yaml
+ZOO_STAMP := $(VENV)/.installed-zoo
 PYTEST_ARGS ?=
 
 .PHONY: venv convert lint test test-slow zoo bench clean
@@ -31,8 +33,13 @@ test: venv lint
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-zoo: venv
-	$(BIN)/torch2ms zoo recipes/zoo/torchvision.yaml --jobs 2
+# The zoo extras (timm, segmentation-models-pytorch, ultralytics: pyproject's [zoo]) go into .venv first.
+$(ZOO_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[zoo]'
+	touch $(ZOO_STAMP)
+
+zoo: $(ZOO_STAMP)
+	$(BIN)/torch2ms zoo $(ZOO) --jobs 2
 
 bench: venv
 	$(BIN)/torch2ms bench --recipe $(RECIPE)

@@ -11,14 +11,15 @@ from torch2ms.errors import EXIT_CHECK_FAILED, Torch2msError
 
 
 def _default_stage(run_dir) -> str:
-    """The stage with a network.py that failed its check, else the first with one."""
+    """The stage with a network.py that failed its check, else the first whose weights are there (a
+    passed zoo model keeps only the last stage's: ``torch2ms zoo --keep``), else the first."""
     from torch2ms.stages import localized_stages
 
     stages = localized_stages()
     for s in stages:
         if (run_dir.read_record(s) or {}).get("status") == "failed":
             return s
-    return stages[0]
+    return next((s for s in stages if (run_dir.stage_dir(s) / "network.ckpt").is_file()), stages[0])
 
 
 @app.command()
@@ -62,6 +63,13 @@ def diff(
     onnx_path, reference = ctx.artifact("model.onnx"), ctx.artifact("reference.npz")
     needed = [onnx_path, reference] + [stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")]
     missing = [str(p) for p in needed if not p.is_file()]
+    pruned = [p for p in missing if Path(p).name in ((run_dir.read_record(stage) or {}).get("pruned") or {})]
+    if pruned:
+        raise Torch2msError(
+            f"{', '.join(pruned)}: deleted by `torch2ms zoo` once {r.name!r} passed (an intermediate weight copy)",
+            hint=f"diff the stage that kept its weights (--stage {writer_of('network.py', r)}), or convert again "
+            "with `torch2ms convert --force` or `torch2ms zoo --keep all` after deleting the run folder",
+        )
     if missing:
         raise Torch2msError(
             f"{', '.join(missing)}: not found; the {stage} stage has not run for {r.name!r}",

@@ -40,7 +40,11 @@ def _progress(state, total: int):
 
 @app.command()
 def zoo(
-    zoo_file: Path = typer.Argument(..., help="zoo YAML: `defaults:` + `models:` (see recipes/zoo/)"),
+    zoo_file: Path = typer.Argument(
+        ...,
+        help="zoo YAML: `defaults:` + `models:` (see recipes/zoo/); or a finished run's summary.json, to --compare "
+        "it without running anything",
+    ),
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=1, help="models converted at once (default: 1 locally; with Ray, the cluster's CPUs)"
     ),
@@ -63,6 +67,15 @@ def zoo(
     address: str | None = typer.Option(
         None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray"
     ),
+    keep: str = typer.Option(
+        "needed",
+        "--keep",
+        help="needed: a passed model keeps records, reports, network.py + weights, the MindIR, the ONNX and "
+        "references (what diff and re-runs need); intermediate weight copies go. all: keep everything",
+    ),
+    compare: Path | None = typer.Option(
+        None, "--compare", help="an earlier run's summary.json: print the models that started or stopped passing"
+    ),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Convert every model of a zoo file in its own process; write summary.json/.md/.html.
@@ -71,8 +84,21 @@ def zoo(
     from rich.live import Live
 
     from torch2ms.zoo import ZooOptions, load_zoo, run_batch, select
+    from torch2ms.zoo.disk import KEEP
     from torch2ms.zoo.launch import kill_all
 
+    old = _read_summary(compare, "--compare") if compare else None
+    if zoo_file.suffix == ".json":
+        if old is None:
+            raise Torch2msError(
+                f"{zoo_file}: a summary.json is for --compare",
+                hint="torch2ms zoo NEW/summary.json --compare OLD/summary.json",
+            )
+        if _print_compare(old, _read_summary(zoo_file, "the zoo argument"), compare, zoo_file):
+            raise typer.Exit(EXIT_CHECK_FAILED)  # a model stopped passing
+        return
+    if keep not in KEEP:
+        raise Torch2msError(f"--keep {keep!r}: choose {' or '.join(KEEP)}")
     if executor not in ("local", "ray"):
         raise Torch2msError(f"--executor {executor!r}: choose local or ray")
     if address and executor != "ray":
@@ -88,6 +114,7 @@ def zoo(
         executor=executor,
         address=address,
         cpu_isa=cpu_isa,
+        keep=keep,
     )
     console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
     live = {}
@@ -124,11 +151,49 @@ def zoo(
     _print_table(data)
     paths = data["paths"]
     console.print(
-        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s; summary: {paths['md']}  {paths['html']}  "
-        f"{paths['json']}"
+        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s, {data['disk_mb']:.0f} MB on disk; summary: "
+        f"{paths['md']}  {paths['html']}  {paths['json']}"
     )
+    if old is not None:
+        _print_compare(old, data, compare, paths["json"])
     if data["passed"] != data["total"]:
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _read_summary(path: Path, what: str) -> dict:
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise Torch2msError(f"{what}: cannot read {path} as a zoo summary.json ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        raise Torch2msError(f"{what}: {path} is not a zoo summary.json (no `models` list)")
+    return data
+
+
+def _print_compare(old: dict, new: dict, old_path, new_path) -> list[str]:
+    """Print which models started or stopped passing between two summaries (on stdout); return those
+    that stopped."""
+    from torch2ms.zoo.summary import compare
+
+    diff = compare(old, new)
+    for path, data in ((old_path, old), (new_path, new)):
+        out_console.print(f"{path}: {data.get('headline', '?')}", highlight=False, markup=False)
+    reasons = {r["name"]: r for r in new["models"]}
+    for label, names in diff.items():
+        if not names:
+            continue
+        out_console.print(f"{label} ({len(names)}):", highlight=False, markup=False)
+        for n in names:
+            r = reasons.get(n) if label == "stopped passing" else None
+            why = (
+                f"  [{r.get('category') or r['status']}] {' '.join((r.get('reason') or '').split())[:140]}" if r else ""
+            )
+            out_console.print(f"  {n}{why}", highlight=False, markup=False)
+    if not diff["started passing"] and not diff["stopped passing"]:
+        out_console.print("no model started or stopped passing", highlight=False)
+    return diff["stopped passing"]
 
 
 STAGE_MARK = {
@@ -149,24 +214,11 @@ def _print_table(data: dict) -> None:
     from rich.table import Table
 
     from torch2ms.stages import stage_names
+    from torch2ms.zoo.row import COLUMNS
     from torch2ms.zoo.summary import cells
 
     table = Table(title=f"torch2ms zoo: {data['headline']}", title_justify="left")
-    for c in (
-        "model",
-        "status",
-        "stages",
-        "rel err",
-        "cosine",
-        "task",
-        "ONNX",
-        "C2dBnAct",
-        "BN fold",
-        "conv s",
-        "ms",
-        "RSS MB",
-        "reason",
-    ):
+    for c in ("model", "status", "stages", *(short for short, _, _ in COLUMNS), "reason"):
         table.add_column(c, overflow="fold", no_wrap=c not in ("reason",))
     style = {"passed": "green", "failed": "red", "timeout": "red", "oom": "red", "crashed": "red"}
     for r in data["models"]:

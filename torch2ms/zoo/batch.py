@@ -27,6 +27,7 @@ class ZooOptions:
     executor: str = "local"  # local | ray
     address: str | None = None
     cpu_isa: str | None = None
+    keep: str = "needed"  # needed: a passed model's intermediate weights go (torch2ms.zoo.disk); all
 
 
 @dataclass
@@ -72,6 +73,7 @@ def make_jobs(models: list[ZooModel], opts: ZooOptions, batch: str) -> list[dict
             "timeout": m.timeout or opts.timeout,
             "max_memory_mb": m.max_memory_mb or opts.max_memory_mb,
             "cpu_isa": opts.cpu_isa,
+            "keep": opts.keep,
             "cwd": os.getcwd(),
             "pythonpath": pythonpath,
             "batch": batch,
@@ -113,6 +115,7 @@ def run_batch(
         "jobs": parallel,
         "timeout": opts.timeout,
         "max_memory_mb": opts.max_memory_mb,
+        "keep": opts.keep,
         "seconds": round(time.perf_counter() - t0, 1),
         "out": str(opts.out_root),
     }

@@ -1,11 +1,18 @@
-"""Model factories for zoo files where torchvision's random initialisation would make the checks
-vacuous.
+"""Model factories for the zoo files: timm and segmentation_models_pytorch models by name, and
+torchvision models whose random initialisation would make the checks vacuous.
+
+Every factory imports its library when called, never when this module is imported: timm and
+segmentation_models_pytorch are optional (``pip install 'torch2ms[zoo]'``). Ultralytics (AGPL-3.0)
+is not imported by torch2ms at all; the YOLO zoo uses ``recipes/models/ultralytics_yolo.py``. The
+runner seeds torch before calling a factory, so the random weights are reproducible; none of them
+downloads weights.
 
 torchvision's ``VisionTransformer`` zero-initialises its classifier (``heads.head``), so with
 random weights every output is exactly 0 and every stage "matches" PyTorch whatever the
-conversion did (measured: max relative error 0.0, cosine 1.0). These wrappers give the head a
+conversion did (measured: max relative error 0.0, cosine 1.0). ``vit_b_16`` gives the head a
 seeded normal init (std 0.02, like the rest of the transformer) so that the outputs depend on
-every layer. The runner seeds torch before calling a factory, so the weights are reproducible.
+every layer. ``timm_model`` gives every all-zero ``Linear`` weight (a zero-initialised head or residual
+branch) the same seeded init, for the same reason.
 """
 
 from __future__ import annotations
@@ -23,3 +30,23 @@ def vit_b_16(**kwargs):
     import torchvision
 
     return _random_head(torchvision.models.vit_b_16(**kwargs))
+
+
+def timm_model(name: str, **kwargs):
+    """``timm.create_model(name, pretrained=False, **kwargs)`` in eval mode; all-zero Linear weights re-initialised."""
+    import timm
+    import torch
+
+    model = timm.create_model(name, pretrained=False, **kwargs)
+    with torch.no_grad():
+        for m in model.modules():  # a zero-initialised head makes every output 0 (see the module docstring)
+            if isinstance(m, torch.nn.Linear) and m.weight.numel() and not m.weight.any():
+                torch.nn.init.normal_(m.weight, std=0.02)
+    return model.eval()
+
+
+def smp_model(arch: str, encoder: str, classes: int = 21, **kwargs):
+    """``segmentation_models_pytorch.create_model(arch, encoder, encoder_weights=None)`` in eval mode."""
+    import segmentation_models_pytorch as smp
+
+    return smp.create_model(arch, encoder_name=encoder, encoder_weights=None, classes=classes, **kwargs).eval()

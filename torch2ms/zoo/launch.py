@@ -13,6 +13,10 @@ kept, so a worker the kernel's out-of-memory killer took still has a figure. Out
 * ``crashed``: the worker exited or was killed without finishing (segfault, ``os._exit``,
   out-of-memory kill), naming the stage, the exit code or signal and the log's last line.
 
+Every model that did not pass also gets a category and its blockers (``torch2ms.zoo.failures``):
+the worker's own for a model that failed, the launcher's for one it killed or saw die. The row
+records the run folder's disk use as the worker left it.
+
 This function is what both executors run (a thread of the local pool, or a Ray task), so their
 summaries are the same.
 """
@@ -33,6 +37,8 @@ from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
+from torch2ms.zoo import failures
+from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
 from torch2ms.zoo.row import ModelRow
 
@@ -200,8 +206,11 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         if current and stages.get(current) == "running"
         else (" before the first stage" if not current else f" after stage {current!r}")
     )
+    failure = None
+    running = current if current and stages.get(current) == "running" else None
     if ended.timed_out:
         model_status = "timeout"
+        failure = failures.from_exit("timeout", running)
         if current and stages.get(current) == "running":
             stages[current] = "timeout"
         reason = (
@@ -210,6 +219,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         )
     elif ended.over_memory:
         model_status = "oom"
+        failure = failures.from_exit("oom", running)
         if current and stages.get(current) == "running":
             stages[current] = "oom"
         reason = (
@@ -218,6 +228,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         )
     elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
         model_status = "oom"
+        failure = failures.from_exit("oom", running)
         if current and stages.get(current) == "running":
             stages[current] = "oom"
         reason = (
@@ -227,6 +238,8 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
     elif finished and returncode == 0:
         model_status = status.get("status") or "failed"
         reason = status.get("reason", "")
+        if model_status != "passed":
+            failure = failures.Failure(**status["failure"]) if status.get("failure") else failures.Failure("crash")
     else:
         model_status = "crashed"
         if current and stages.get(current) == "running":
@@ -237,6 +250,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
                 how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
         else:
             how = f"exited with code {returncode}"
+        failure = failures.from_exit("crashed", running, how.split(" (")[0])
         tail = _last_line(run_dir / LOG)
         reason = f"worker {how}{where}" + (f"; last log line: {tail}" if tail else "") + f" (log: {run_dir / LOG})"
 
@@ -259,6 +273,8 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         status=model_status,
         stages=stages,
         reason=reason,
+        category=failure.category if failure else None,
+        blockers=failure.blockers if failure else [],
         worst_rel_error=max(rels) if rels else None,
         min_cosine=min(coss) if coss else None,
         task_agreement=worst_task["agreement"] if worst_task else None,
@@ -270,6 +286,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
         peak_rss_mb=peak_rss,
+        disk_mb=round(du_mb(run_dir), 1),
         wall_s=round(ended.wall_s, 2),
         timeout_s=job["timeout"],
         max_memory_mb=job.get("max_memory_mb"),

@@ -16,6 +16,8 @@ class ModelRow:
     status: str  # passed | failed | crashed | timeout | oom
     stages: dict[str, str] = field(default_factory=dict)  # stage -> its status
     reason: str = ""
+    category: str | None = None  # a failed model's: unsupported-op | export | numeric | crash | timeout | oom
+    blockers: list[str] = field(default_factory=list)  # what blocks it (torch2ms.zoo.failures)
     worst_rel_error: float | None = None  # over all stages, against PyTorch
     min_cosine: float | None = None
     task_agreement: float | None = None  # the recipe task's agreement with PyTorch, worst stage
@@ -27,6 +29,7 @@ class ModelRow:
     convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
     latency_ms: float | None = None  # the compiled network's median
     peak_rss_mb: float | None = None  # the worker process's
+    disk_mb: float | None = None  # the run folder's, after a passed model's intermediate weights went
     wall_s: float | None = None
     timeout_s: float | None = None
     max_memory_mb: float | None = None
@@ -64,4 +67,6 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("convert s", "convert_s", ".1f"),
     ("latency ms", "latency_ms", ".2f"),
     ("peak RSS MB", "peak_rss_mb", ".0f"),
+    ("disk MB", "disk_mb", ".0f"),
+    ("category", "category", "s"),
 ]

@@ -1,6 +1,8 @@
-"""``summary.json``, ``summary.md`` and ``summary.html`` of a zoo run: one table, three formats.
+"""``summary.json``, ``summary.md`` and ``summary.html`` of a zoo run: one table per model, the
+failure categories, "what blocks the most models" (``torch2ms.zoo.failures``) and the disk used,
+three formats; and ``compare``, which models started or stopped passing between two runs.
 
-The markdown and HTML tables are rendered from the same rows as the JSON, so they always agree.
+The markdown and HTML tables are rendered from the same data as the JSON, so they always agree.
 Every file is written to a temp name and renamed into place.
 """
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from torch2ms.pipeline.runner import framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.stages import stage_names
+from torch2ms.zoo.failures import blocker_table, category_counts
 from torch2ms.zoo.row import COLUMNS as METRIC_COLUMNS
 from torch2ms.zoo.row import ModelRow
 
@@ -83,6 +86,10 @@ def build(rows: list[ModelRow], meta: dict) -> dict:
         "total": len(rows),
         "pass_rate": round(ok / len(rows), 4) if rows else 0.0,
         **meta,
+        "disk_mb": round(sum(r.disk_mb or 0.0 for r in rows), 1),
+        "peak_rss_mb": max((r.peak_rss_mb for r in rows if r.peak_rss_mb), default=None),
+        "categories": category_counts(rows),
+        "blockers": blocker_table(rows),
         "versions": framework_versions(),
         "models": [r.to_dict() for r in rows],
     }
@@ -94,12 +101,19 @@ def _md(data: dict) -> str:
         f"# torch2ms zoo: {data['zoo']}",
         "",
         f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, "
-        f"{_limits(data)}).",
+        f"{_limits(data)}); {_resources(data)}.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(esc(c) for c in cells(r)) + " |" for r in data["models"]]
+    if data.get("blockers"):
+        lines += ["", "## What blocks the most models", "", f"Failures by category: {_categories(data)}.", ""]
+        lines += ["| models | category | blocker | blocked models |", "|---|---|---|---|"]
+        lines += [
+            f"| {b['count']} | {b['category']} | {esc(b['blocker'])} | {esc(', '.join(b['models']))} |"
+            for b in data["blockers"]
+        ]
     lines += [
         "",
         "Errors are the worst over all stages against PyTorch; convert s is the sum of the stage times "
@@ -129,15 +143,58 @@ td,th{{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:t
 th{{background:#f6f8fa}}</style></head>
 <body><h1>{title}</h1>
 <p><b>{html.escape(data["headline"])}</b> in {data["seconds"]:.0f} s
-({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))}).</p>
+({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))});
+{html.escape(_resources(data))}.</p>
 <table>
 <thead><tr>{head}</tr></thead>
 <tbody>
 {body}
 </tbody></table>
+{_html_blockers(data)}
 <p>Versions: {html.escape(", ".join(f"{k} {v}" for k, v in data["versions"].items()))}</p>
 </body></html>
 """
+
+
+def _categories(data: dict) -> str:
+    return ", ".join(f"{c} {n}" for c, n in sorted(data.get("categories", {}).items(), key=lambda kv: -kv[1]))
+
+
+def _resources(data: dict) -> str:
+    peak = data.get("peak_rss_mb")
+    rss = f"largest peak RSS {peak:.0f} MB" if peak else "peak RSS not measured"
+    keep = "everything kept" if data.get("keep") == "all" else "passed models keep what their user needs"
+    return f"{rss}; {data.get('disk_mb', 0):.0f} MB on disk ({keep})"
+
+
+def _html_blockers(data: dict) -> str:
+    if not data.get("blockers"):
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{b['count']}</td><td>{html.escape(b['category'])}</td><td>{html.escape(b['blocker'])}</td>"
+        f"<td>{html.escape(', '.join(b['models']))}</td></tr>"
+        for b in data["blockers"]
+    )
+    return f"""<h2>What blocks the most models</h2>
+<p>Failures by category: {html.escape(_categories(data))}.</p>
+<table>
+<thead><tr><th>models</th><th>category</th><th>blocker</th><th>blocked models</th></tr></thead>
+<tbody>
+{rows}
+</tbody></table>"""
+
+
+def compare(old: dict, new: dict) -> dict[str, list[str]]:
+    """Models that started or stopped passing from summary ``old`` to ``new``, and those only one of them ran."""
+    before = {r["name"]: r["status"] == "passed" for r in old.get("models", [])}
+    after = {r["name"]: r["status"] == "passed" for r in new.get("models", [])}
+    both = [n for n in after if n in before]
+    return {
+        "started passing": [n for n in both if after[n] and not before[n]],
+        "stopped passing": [n for n in both if before[n] and not after[n]],
+        "new": [n for n in after if n not in before],
+        "gone": [n for n in before if n not in after],
+    }
 
 
 def write_summaries(out_root: Path, data: dict) -> dict[str, Path]:

@@ -3,8 +3,10 @@
 Runs the five stages with the ordinary ``Runner`` (so finished stages are skipped on a re-run),
 writes ``report.json``/``report.md`` like ``torch2ms convert``, and keeps ``zoo-status.json``
 current so that the launcher knows which stage was running if this process dies. Exit code 0
-whether the model passed or failed its checks: a failure is data in the status file; any other
-exit means the worker itself crashed.
+whether the model passed or failed its checks: a failure is data in the status file (its reason,
+and its category and blockers from ``torch2ms.zoo.failures``); any other exit means the worker
+itself crashed. A passed model's superseded weight copies are then deleted unless the job says
+``keep: all`` (``torch2ms.zoo.disk``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main(job_path: str) -> int:
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
     from torch2ms.stages import stage_names
+    from torch2ms.zoo import disk, failures
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
@@ -89,16 +92,29 @@ def main(job_path: str) -> int:
         if running:
             status["stages"][running] = "failed"
         reason = str(err) if isinstance(err, Torch2msError) else f"{type(err).__name__}: {err}"
-        update(state="finished", status="failed", reason=reason, seconds=round(time.perf_counter() - t0, 2))
+        failure = failures.from_exception(err, status["stage"])
+        update(
+            state="finished",
+            status="failed",
+            reason=reason,
+            failure=failure.to_dict(),
+            seconds=round(time.perf_counter() - t0, 2),
+        )
         return 0
     for s in result.stages:
         status["stages"][s.stage] = s.status
     failed = result.failed_stage
     reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
+    failure = failures.from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
+    if result.passed and job.get("keep", "needed") != "all":
+        gone = disk.prune(runner.run_dir, runner.stages, recipe)
+        if gone:
+            print(f"[zoo] {job['name']}: deleted intermediate weights {', '.join(map(str, gone))}", flush=True)
     update(
         state="finished",
         status="passed" if result.passed else "failed",
         reason=reason,
+        failure=failure.to_dict() if failure else None,
         seconds=round(time.perf_counter() - t0, 2),
     )
     return 0
