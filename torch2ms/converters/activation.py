@@ -13,11 +13,11 @@ bias 0 / bias = lambd in float16/float32. Integer Shrink is computed in float64 
 like onnxruntime.
 
 MindSpore's CPU ``ops.softmax`` is wrong on every row of the batch after a row that is all -inf
-(they come out 0 or with the wrong sum; ONNX gives NaN for that row alone), while
-``ops.log_softmax`` is right: a Softmax whose input may hold -inf is ``exp(log_softmax(x))``.
-"May hold -inf": a constant among its ancestors holds -inf or a value below -FLT_MAX/2 (two of
-those add up to -inf), as a masked_fill(-inf) or an additive attention mask has. A mask fed as a
-graph input is not seen.
+(they come out 0 or with the wrong sum; ONNX gives NaN for that row alone), so a Softmax whose
+input may hold -inf is written out as ONNX defines it, ``e = exp(x - max(x)); e / sum(e)``
+(``onnx_masked_softmax``). "May hold -inf": a constant among its ancestors holds -inf or a value
+below -FLT_MAX/2 (two of those add up to -inf), as a masked_fill(-inf) or an additive attention
+mask has. A mask fed as a graph input is not seen.
 """
 
 from __future__ import annotations
@@ -145,10 +145,20 @@ def may_hold_neg_inf(graph, value: str) -> bool:
     return False
 
 
+_MASKED_SOFTMAX = '''
+def onnx_masked_softmax(x, axis):
+    """Softmax as ONNX writes it: MindSpore's CPU softmax corrupts every row after an all -inf row.
+    An all -inf row is NaN, as in onnxruntime."""
+    e = ops.exp(x - ops.amax(x, axis, keepdims=True))
+    return e / ops.sum(e, dim=axis, keepdim=True)
+'''
+
+
 def _softmax(em):
-    """``ops.softmax``, or ``exp(log_softmax)`` where a row may be all -inf (see the module docstring)."""
+    """``ops.softmax``, or ``onnx_masked_softmax`` where a row may be all -inf (see the module docstring)."""
     if may_hold_neg_inf(em.graph, em.node.inputs[0]):
-        return lambda x, ax: f"ops.exp(ops.log_softmax({x}, {ax}))"
+        fn = em.define("onnx_masked_softmax", _MASKED_SOFTMAX)
+        return lambda x, ax: f"{fn}({x}, {ax})"
     return lambda x, ax: f"ops.softmax({x}, axis={ax})"
 
 
