@@ -27,24 +27,24 @@ def _modes(request):
 
 
 COVERAGE_TEST = "test_every_registration_ran_against_onnxruntime"
-# Set at collection: every test in this folder runs in this session, apart from slow ones.
-WHOLE_FOLDER: list[bool] = [False]
-_DESELECTED_HERE: list = []
-
-
-def _here(item) -> bool:
-    return item.path.parent == Path(__file__).parent
+# Set at collection: [every test in this folder runs in this session, and every test of
+# tests/test_fusion.py (which runs the fused torch2ms-domain ops) too], apart from slow ones.
+WHOLE_FOLDER: list[bool] = [False, False]
+_DESELECTED: list = []
+_HERE = Path(__file__).parent
+_FUSION = _HERE.parent / "test_fusion.py"
 
 
 def pytest_deselected(items):
-    _DESELECTED_HERE.extend(i for i in items if _here(i) and i.get_closest_marker("slow") is None)
+    _DESELECTED.extend(i for i in items if i.get_closest_marker("slow") is None)
 
 
 def pytest_collection_finish(session):
-    here = [i for i in session.items if _here(i)]
-    files = {i.path.name for i in here}
-    every_file = files >= {p.name for p in Path(__file__).parent.glob("test_*.py")}
-    WHOLE_FOLDER[0] = every_file and not _DESELECTED_HERE
+    files = {i.path for i in session.items}
+    dropped = {i.path for i in _DESELECTED}
+    here = set(_HERE.glob("test_*.py"))
+    WHOLE_FOLDER[0] = here <= files and not (here & dropped)
+    WHOLE_FOLDER[1] = WHOLE_FOLDER[0] and _FUSION in files and _FUSION not in dropped
 
 
 @pytest.hookimpl(trylast=True)
