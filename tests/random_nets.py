@@ -274,7 +274,7 @@ def conv_transpose_specs(draw, in_ch: int) -> dict:
         "k": k,
         "stride": stride,
         "pad": draw(st.integers(0, dil * (k - 1) // 2)),
-        "out_pad": draw(st.integers(0, max(stride, dil) - 1)),  # PyTorch: below stride or dilation
+        "out_pad": draw(st.integers(0, stride - 1)),  # onnxruntime: below stride (PyTorch: or dilation)
         "dil": dil,
         "groups": groups,
         "bias": draw(st.booleans()),
@@ -284,11 +284,12 @@ def conv_transpose_specs(draw, in_ch: int) -> dict:
 
 KINDS = ["pool", "conv", "resize", "residual", "concat", "bn", "act", "groupnorm", "convtranspose", "normalize", "lstm"]
 NEW_KINDS = ["groupnorm", "convtranspose", "normalize", "lstm"]  # the layers issue 11 added converters for
+OLD_KINDS = [k for k in KINDS if k not in NEW_KINDS]
 
 
 @st.composite
-def block_specs(draw, ch: int, h: int, w: int, kind: str | None = None) -> dict:
-    kind = kind or draw(st.sampled_from(KINDS))
+def block_specs(draw, ch: int, h: int, w: int, kind: str | None = None, kinds: tuple = tuple(KINDS)) -> dict:
+    kind = kind or draw(st.sampled_from(list(kinds)))
     if kind == "groupnorm":
         return {"type": "groupnorm", "groups": draw(st.sampled_from(_divisors(ch)))}
     if kind == "convtranspose":
@@ -318,7 +319,7 @@ def block_specs(draw, ch: int, h: int, w: int, kind: str | None = None) -> dict:
 
 
 @st.composite
-def net_specs(draw, max_blocks: int = 6, include: str | None = None) -> dict:
+def net_specs(draw, max_blocks: int = 6, include: str | None = None, kinds: tuple = tuple(KINDS)) -> dict:
     """A valid network spec with its input size: {"h", "w", "in_ch", "blocks", "classes"};
     ``include``: one block after the stem is of that kind (a ``KINDS`` entry)."""
     h, w = draw(st.integers(12, 40)), draw(st.integers(12, 40))
@@ -329,7 +330,7 @@ def net_specs(draw, max_blocks: int = 6, include: str | None = None) -> dict:
     forced = draw(st.integers(1, n - 1)) if include else None
     for j in range(n):
         kind = include if j == forced else None
-        b = first if not blocks else draw(block_specs(ch, x.shape[2], x.shape[3], kind))
+        b = first if not blocks else draw(block_specs(ch, x.shape[2], x.shape[3], kind, kinds))
         module, out_ch = make_block(b, ch)
         try:
             with torch.no_grad():
