@@ -6,8 +6,11 @@ the hypothesis strategy. Blocks: conv (kernel 1-5, stride 1-2, padding 0-2, dila
 groups dividing the channels, optional bias/BatchNorm/activation), standalone BatchNorm and
 activations (ReLU, ReLU6, Hardswish, Sigmoid, SiLU, GELU), max/avg pooling (ceil_mode, avg's
 count_include_pad), bilinear resize (scale or size, align_corners both), concat of branches,
-residual add, and an optional linear head. BatchNorm statistics are randomized by the model
-loader (recipe ``model.init``).
+residual add, GroupNorm (random affine), ConvTranspose2d (kernel 1-4, stride 1-2, padding,
+output_padding, dilation, groups, optional activation), ``F.normalize`` (p=2 or 1 over the
+channels), an LSTM along each row (the row's pixels are the sequence, channels the features,
+uni- or bidirectional, its outputs the new channels), and an optional linear head. BatchNorm
+statistics are randomized by the model loader (recipe ``model.init``).
 
 Every drawn block is run on the current shape while drawing; a draw PyTorch rejects or that
 shrinks a side to nothing is discarded with ``assume``, so only valid networks reach a test.
@@ -61,6 +64,60 @@ class Concat(nn.Module):
         return torch.cat([b(x) for b in self.branches], dim=1)
 
 
+class GroupNorm(nn.GroupNorm):
+    """nn.GroupNorm with a random affine (seeded by the loader's torch seed): 1 and 0 would hide
+    a converter that mixed up or dropped them."""
+
+    def __init__(self, groups: int, ch: int):
+        super().__init__(groups, ch)
+        with torch.no_grad():
+            self.weight.copy_(torch.rand(ch) + 0.5)
+            self.bias.copy_(torch.rand(ch) * 0.4 - 0.2)
+
+
+class Normalize(nn.Module):
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.normalize(x, p=self.p, dim=1)
+
+
+class RowLSTM(nn.Module):
+    """An LSTM along each row of the feature map: (N, C, H, W) -> sequences of W steps of C
+    features for N*H rows -> (N, hidden * directions, H, W)."""
+
+    def __init__(self, in_ch: int, hidden: int, bidirectional: bool):
+        super().__init__()
+        self.lstm = nn.LSTM(in_ch, hidden, batch_first=True, bidirectional=bidirectional)
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        rows = x.permute(0, 2, 3, 1).reshape(n * h, w, c)
+        y, _ = self.lstm(rows)
+        return y.reshape(n, h, w, -1).permute(0, 3, 1, 2)
+
+
+def _conv_transpose(b: dict, in_ch: int) -> tuple[nn.Module, int]:
+    layers: list[nn.Module] = [
+        nn.ConvTranspose2d(
+            in_ch,
+            b["out"],
+            b["k"],
+            stride=b["stride"],
+            padding=b["pad"],
+            output_padding=b["out_pad"],
+            groups=b["groups"],
+            bias=b["bias"],
+            dilation=b["dil"],
+        )
+    ]
+    if b["act"]:
+        layers.append(ACTIVATIONS[b["act"]]())
+    return nn.Sequential(*layers), b["out"]
+
+
 def _conv(b: dict, in_ch: int) -> tuple[nn.Module, int]:
     layers: list[nn.Module] = [
         nn.Conv2d(
@@ -88,6 +145,14 @@ def make_block(b: dict, in_ch: int) -> tuple[nn.Module, int]:
         return _conv(b, in_ch)
     if kind == "bn":
         return nn.BatchNorm2d(in_ch), in_ch
+    if kind == "groupnorm":
+        return GroupNorm(b["groups"], in_ch), in_ch
+    if kind == "convtranspose":
+        return _conv_transpose(b, in_ch)
+    if kind == "normalize":
+        return Normalize(b["p"]), in_ch
+    if kind == "lstm":
+        return RowLSTM(in_ch, b["hidden"], b["bidirectional"]), b["hidden"] * (2 if b["bidirectional"] else 1)
     if kind == "act":
         return ACTIVATIONS[b["act"]](), in_ch
     if kind == "maxpool":
@@ -198,8 +263,41 @@ def resize_specs(draw, h: int, w: int) -> dict:
 
 
 @st.composite
-def block_specs(draw, ch: int, h: int, w: int) -> dict:
-    kind = draw(st.sampled_from(["pool", "conv", "resize", "residual", "concat", "bn", "act"]))
+def conv_transpose_specs(draw, in_ch: int) -> dict:
+    k = draw(st.integers(1, 4))
+    stride = draw(st.integers(1, 2))
+    dil = draw(st.integers(1, 2)) if k > 1 else 1
+    groups = draw(st.sampled_from(_divisors(in_ch)))
+    return {
+        "type": "convtranspose",
+        "out": groups * draw(st.integers(1, max(1, MAX_CHANNELS // groups))),
+        "k": k,
+        "stride": stride,
+        "pad": draw(st.integers(0, dil * (k - 1) // 2)),
+        "out_pad": draw(st.integers(0, stride - 1)),  # onnxruntime: below stride (PyTorch: or dilation)
+        "dil": dil,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+        "act": draw(st.sampled_from([None, "relu", "silu"])),
+    }
+
+
+KINDS = ["pool", "conv", "resize", "residual", "concat", "bn", "act", "groupnorm", "convtranspose", "normalize", "lstm"]
+NEW_KINDS = ["groupnorm", "convtranspose", "normalize", "lstm"]  # the layers issue 11 added converters for
+OLD_KINDS = [k for k in KINDS if k not in NEW_KINDS]
+
+
+@st.composite
+def block_specs(draw, ch: int, h: int, w: int, kind: str | None = None, kinds: tuple = tuple(KINDS)) -> dict:
+    kind = kind or draw(st.sampled_from(list(kinds)))
+    if kind == "groupnorm":
+        return {"type": "groupnorm", "groups": draw(st.sampled_from(_divisors(ch)))}
+    if kind == "convtranspose":
+        return draw(conv_transpose_specs(ch))
+    if kind == "normalize":
+        return {"type": "normalize", "p": draw(st.sampled_from([2.0, 1.0]))}
+    if kind == "lstm":
+        return {"type": "lstm", "hidden": draw(st.integers(1, 8)), "bidirectional": draw(st.booleans())}
     if kind == "conv":
         return draw(conv_specs(ch))
     if kind == "pool":
@@ -221,14 +319,18 @@ def block_specs(draw, ch: int, h: int, w: int) -> dict:
 
 
 @st.composite
-def net_specs(draw, max_blocks: int = 6) -> dict:
-    """A valid network spec with its input size: {"h", "w", "in_ch", "blocks", "classes"}."""
+def net_specs(draw, max_blocks: int = 6, include: str | None = None, kinds: tuple = tuple(KINDS)) -> dict:
+    """A valid network spec with its input size: {"h", "w", "in_ch", "blocks", "classes"};
+    ``include``: one block after the stem is of that kind (a ``KINDS`` entry)."""
     h, w = draw(st.integers(12, 40)), draw(st.integers(12, 40))
     x = torch.zeros(1, 3, h, w)
     ch, blocks = 3, []
     first = draw(conv_specs(3))  # a stem conv, as in real models
-    for _ in range(draw(st.integers(2, max_blocks))):
-        b = first if not blocks else draw(block_specs(ch, x.shape[2], x.shape[3]))
+    n = draw(st.integers(2, max_blocks))
+    forced = draw(st.integers(1, n - 1)) if include else None
+    for j in range(n):
+        kind = include if j == forced else None
+        b = first if not blocks else draw(block_specs(ch, x.shape[2], x.shape[3], kind, kinds))
         module, out_ch = make_block(b, ch)
         try:
             with torch.no_grad():

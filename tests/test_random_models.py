@@ -1,8 +1,12 @@
 """Property test: random small networks made of supported blocks convert through all five stages
 and stay equivalent to PyTorch (the recipe's default tolerance) at every stage.
 
-CI runs a fixed set of 8 examples (``derandomize=True``: the same networks every time). The long
-run draws many more, different ones each time (``--hypothesis-seed=N`` repeats one):
+CI runs a fixed set of 8 examples of the original block kinds (``derandomize=True``: the same
+networks every time; the newer kinds would draw the known ConvTranspose bug in ``REGRESSIONS``), plus one
+network per layer kind issue 11 added (GroupNorm, ConvTranspose2d, F.normalize, LSTM), each with
+that layer somewhere after the stem among randomly drawn others (``test_new_layer_kind``; the
+slow ``test_new_layer_kind_more`` draws 6 more of each). The long run draws many more, different
+ones each time (``--hypothesis-seed=N`` repeats one):
 
     TORCH2MS_HYPOTHESIS_EXAMPLES=200 .venv/bin/python -m pytest tests/test_random_models.py \\
         -k random_network --hypothesis-show-statistics
@@ -21,7 +25,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from random_nets import build, net_specs
+from random_nets import NEW_KINDS, OLD_KINDS, build, net_specs
 
 from torch2ms.errors import Torch2msError
 from torch2ms.pipeline.runner import Runner
@@ -61,6 +65,39 @@ def assert_converts_equivalently(spec: dict, opset: int, root) -> None:
     assert [s.stage for s in result.stages] == list(stage_names())
 
 
+_SETTINGS = {
+    "deadline": None,
+    "database": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+}
+
+
+def _with_kind(kind: str, examples: int, root_factory) -> list[str]:
+    """Convert ``examples`` networks that include a ``kind`` block; returns their block kinds."""
+    kinds: list[str] = []
+
+    @settings(max_examples=examples, derandomize=DERANDOMIZE, **_SETTINGS)
+    @given(spec=net_specs(include=kind), opset=st.sampled_from(OPSETS))
+    def run(spec, opset):
+        note(f"opset {opset}, spec {json.dumps(spec)}")
+        kinds.extend(b["type"] for b in spec["blocks"])
+        assert_converts_equivalently(spec, opset, root_factory.mktemp(kind))
+
+    run()
+    return kinds
+
+
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_new_layer_kind(kind, tmp_path_factory):
+    assert kind in _with_kind(kind, 1, tmp_path_factory)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_new_layer_kind_more(kind, tmp_path_factory):
+    _with_kind(kind, 6, tmp_path_factory)
+
+
 @settings(
     max_examples=EXAMPLES,
     derandomize=DERANDOMIZE,
@@ -68,7 +105,7 @@ def assert_converts_equivalently(spec: dict, opset: int, root) -> None:
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
-@given(spec=net_specs(), opset=st.sampled_from(OPSETS))
+@given(spec=net_specs(kinds=tuple(OLD_KINDS)), opset=st.sampled_from(OPSETS))
 def test_random_network_converts_equivalently(spec, opset, tmp_path_factory):
     note(f"opset {opset}, spec {json.dumps(spec)}")
     assert_converts_equivalently(spec, opset, tmp_path_factory.mktemp("random"))
@@ -91,7 +128,7 @@ def test_strategy_draws_every_block_kind_and_valid_shapes():
                 seen.add("ceil" if b.get("ceil") else "")
 
     collect()
-    assert {"conv", "maxpool", "avgpool", "resize", "residual", "concat", "bn", "act"} <= seen, seen
+    assert {"conv", "maxpool", "avgpool", "resize", "residual", "concat", "bn", "act", *NEW_KINDS} <= seen, seen
     assert {f"act:{a}" for a in ("relu", "relu6", "hardswish", "sigmoid", "silu", "gelu")} <= seen, seen
     for spec in specs[:10]:
         with torch.no_grad():
@@ -113,6 +150,31 @@ _STEM = {
     "act": None,
 }
 REGRESSIONS: list[tuple[dict, int, str | None]] = [
+    (
+        {
+            "h": 12,
+            "w": 12,
+            "in_ch": 3,
+            "blocks": [
+                _STEM,
+                {
+                    "type": "convtranspose",
+                    "out": 2,
+                    "k": 1,
+                    "stride": 2,
+                    "pad": 0,
+                    "out_pad": 0,
+                    "dil": 1,
+                    "groups": 1,
+                    "bias": False,
+                    "act": None,
+                },
+            ],
+            "classes": None,
+        },
+        11,
+        "ConvTranspose kernel 1, stride 2: the converted network outputs 24x24, PyTorch/ONNX 23x23",
+    ),
     (
         {
             "h": 12,

@@ -55,8 +55,9 @@ def test_table_counts_every_case_once_by_op_and_cause():
     n_relu = sum(c.op_type == "Relu" for c in cases)
     bitcast = [outcomes[c.name] for c in cases if c.op_type == "BitCast"]
     n_ref, n_crash = sum(o.status == "refused" for o in bitcast), sum(o.status == "crash" for o in bitcast)
-    assert f"| Relu | yes | {n_relu} | {n_relu} | 0 | 0 | 0 |  |" in text
-    assert f"| BitCast | no | {len(bitcast)} | 0 | {n_ref} | 0 | {n_crash} | BitCast: no converter ({n_ref}) |" in text
+    assert f"| Relu | yes | {n_relu} | {n_relu} | 0 | 0 | 0 | 0 |  |" in text
+    row = f"| BitCast | no | {len(bitcast)} | 0 | 0 | {n_ref} | 0 | {n_crash} | BitCast: no converter ({n_ref}) |"
+    assert row in text
     assert f"| no converter | {n_ref} |" in text
     assert "| ValueError: boom |" in text  # every crash is listed
     assert conformance.read_fingerprint(text) == conformance.fingerprint(cases)
@@ -77,7 +78,21 @@ def test_cli_writes_the_table_from_a_run(tmp_path, monkeypatch, capsys):
     target = tmp_path / "conformance.md"
     assert run_cli("ops", "--conformance", "--write", str(target), "--workers", "1") == 0
     text = target.read_text()
-    assert "| 3 | 1 | 1 | 0 | 0 | 2 | 0 | 0 |" in text  # totals: relu passes, bitcast and the sequence refused
+    assert "| 3 | 1 | 1 | 0 | 0 | 0 | 2 | 0 | 0 |" in text  # totals: relu passes, bitcast and the sequence refused
     assert "| sequence or optional value | 1 |" in text and "| no converter | 1 |" in text
     assert run_cli("ops", "--conformance", "--workers", "1") == 0
-    assert "3 cases: 1 pass (1 converted), 2 refused, 0 wrong, 0 crash" in capsys.readouterr().out
+    line = "3 cases: 1 pass (1 converted), 0 pass-vs-onnxruntime, 2 refused, 0 wrong, 0 crash"
+    assert line in capsys.readouterr().out
+
+
+def test_pass_vs_onnxruntime_is_counted_apart_and_listed():
+    cases = [c for c in all_cases() if c.op_type == "Relu"]
+    outcomes = {c.name: Outcome(c.name, c.op_type, "pass", how="converted") for c in cases}
+    first = cases[0].name
+    outcomes[first] = Outcome(first, "Relu", "pass-vs-onnxruntime", "matches onnxruntime; ONNX's reference differs")
+    text = conformance.render_markdown(cases, outcomes)
+    n = len(cases)
+    assert f"| {n} | {n - 1} | {n - 1} | 0 | 0 | 1 | 0 | 0 | 0 |" in text  # totals
+    assert f"| Relu | yes | {n} | {n - 1} | 1 | 0 | 0 | 0 |  |" in text
+    assert f"| {first} | Relu | matches onnxruntime; ONNX's reference differs |" in text
+    assert "1 pass-vs-onnxruntime" in conformance.Tally.of(outcomes.values()).line()

@@ -5,7 +5,9 @@ One test per case. It fails when the case is *wrong* (an output differs from the
 one: value beyond its rtol/atol, shape or dtype) or *crashes* (any exception that is not a
 refusal, a worker process that died or timed out). It passes when the case passes or is
 *refused* with a reason: refusals are counted in the terminal summary and in
-docs/conformance.md, not failed.
+docs/conformance.md, not failed. A case in ``ONNX_REFERENCE_DIFFERS`` must instead end
+*pass-vs-onnxruntime* (ONNX's expected output and onnxruntime's disagree, torch2ms matches
+onnxruntime), and no other case may.
 
 ``make test`` runs ``conformance.default_subset``: every case of an op type torch2ms has a
 converter for, and the first case of every other op type (about 800 of 1884 cases, ~1 min on 2
@@ -40,23 +42,19 @@ def _explain(o: conformance.Outcome) -> str:
 
 
 # Known bugs, each a case that is wrong or crashes today, with what is wrong. Strict: a fixed one
-# fails here until it is removed from this table.
-_POW = "Pow of an integer base by a float exponent gives float32; ONNX keeps the base's type"
-_ATTENTION = "a fully masked row differs (opset 23 Attention, expanded)"
-KNOWN = {
-    "test_pow_types_int32_float32": _POW,
-    "test_pow_types_int64_float32": _POW,
-    "test_tril_zero": "MindSpore's CPU tril kernel refuses a matrix of width 0",
-    "test_resize_downsample_scales_linear_align_corners": (
-        "align_corners with a non-integral length x scale: torch2ms follows onnxruntime and PyTorch (divide by"
-        " out - 1), ONNX's reference divides by in x scale - 1"
-    ),
-    "test_resize_downsample_scales_cubic_align_corners": (
-        "align_corners with a non-integral length x scale: torch2ms follows onnxruntime and PyTorch (divide by"
-        " out - 1), ONNX's reference divides by in x scale - 1"
-    ),
-    "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded": _ATTENTION,
-    "test_attention_23_fullymasked_qk_matmul_output_mode3_zero_expanded": _ATTENTION,
+# fails here until it is removed from this table. None today.
+KNOWN: dict[str, str] = {}
+
+# Cases where ONNX's reference implementation and onnxruntime disagree and torch2ms follows
+# onnxruntime (and PyTorch: test_pytorch_agrees_with_onnxruntime_where_onnx_differs): they must
+# end ``pass-vs-onnxruntime``, and no other case may.
+_ALIGN_CORNERS = (
+    "align_corners with a non-integral length x scale: onnxruntime and PyTorch divide by out - 1,"
+    " ONNX's reference by in x scale - 1"
+)
+ONNX_REFERENCE_DIFFERS = {
+    "test_resize_downsample_scales_linear_align_corners": _ALIGN_CORNERS,
+    "test_resize_downsample_scales_cubic_align_corners": _ALIGN_CORNERS,
 }
 
 
@@ -66,17 +64,88 @@ def _param(name: str):
     return name
 
 
+def _judge(o: conformance.Outcome) -> None:
+    if o.name in ONNX_REFERENCE_DIFFERS:
+        assert o.status == "pass-vs-onnxruntime", _explain(o)
+    else:
+        assert o.status in ("pass", "refused"), _explain(o)
+
+
 @pytest.mark.parametrize("case", [_param(c.name) for c in CASES if c.name in DEFAULT])
 def test_case(case, outcomes):
-    o = outcomes[case]
-    assert o.status in ("pass", "refused"), _explain(o)
+    _judge(outcomes[case])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [_param(c.name) for c in CASES])
 def test_case_slow(case, outcomes):
-    o = outcomes[case]
-    assert o.status in ("pass", "refused"), _explain(o)
+    _judge(outcomes[case])
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_REFERENCE_DIFFERS))
+def test_pytorch_agrees_with_onnxruntime_where_onnx_differs(name):
+    """What ``ONNX_REFERENCE_DIFFERS`` claims, checked: onnxruntime's outputs differ from the case's
+    expected ones, and PyTorch's ``F.interpolate`` (align_corners=True) gives onnxruntime's."""
+    import onnx
+    import torch
+    import torch.nn.functional as F
+
+    case = next(c for c in CASES if c.name == name)
+    model = onnx.ModelProto()
+    model.ParseFromString(case.model)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = dict(zip([i.name for i in model.graph.input if i.name not in inits], case.inputs))
+    ort_out = conformance._onnxruntime_outputs(model, feeds)
+    assert ort_out is not None
+    assert conformance.compare(ort_out, list(case.outputs), case.rtol, case.atol)  # ONNX differs
+    x, scales = case.inputs[0], case.inputs[-1]
+    assert scales[0] == scales[1] == 1 and scales[2] == scales[3]
+    mode = "bicubic" if "cubic" in name else "bilinear"
+    torch_out = F.interpolate(torch.from_numpy(x), scale_factor=float(scales[2]), mode=mode, align_corners=True)
+    assert not conformance.compare([torch_out.numpy()], ort_out, case.rtol, case.atol)
+
+
+def _relu_case(expected: np.ndarray) -> tuple[conformance.Case, object, dict]:
+    import onnx
+    from onnx import helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    vi = helper.make_tensor_value_info
+    f32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph([node], "g", [vi("x", f32, [3])], [vi("y", f32, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    case = conformance.Case("test_fake", "Relu", model.SerializeToString(), (x,), (expected,), 1e-3, 1e-7)
+    return case, model, {"x": x}
+
+
+@pytest.mark.parametrize(
+    "expected, actual, status",
+    [
+        # ONNX's expected output differs from onnxruntime's [0, 0.5, 2]; torch2ms matches onnxruntime
+        ([0.0, 0.5, 3.0], [0.0, 0.5, 2.0], "pass-vs-onnxruntime"),
+        # ... but torch2ms matches neither
+        ([0.0, 0.5, 3.0], [0.0, 0.6, 2.0], "wrong"),
+        # onnxruntime agrees with the expected output: torch2ms is simply wrong
+        ([0.0, 0.5, 2.0], [0.0, 0.5, 2.5], "wrong"),
+    ],
+)
+def test_a_difference_counts_as_pass_vs_onnxruntime_only_if_onnxruntime_matches(expected, actual, status):
+    case, model, feeds = _relu_case(np.array(expected, np.float32))
+    actual = [np.array(actual, np.float32)]
+    problem = conformance.compare(actual, list(case.outputs), case.rtol, case.atol)
+    assert problem
+    got, reason = conformance._judge_by_onnxruntime(model, feeds, actual, case, problem)
+    assert got == status
+    assert problem in reason
+
+
+def test_a_model_onnxruntime_cannot_run_is_wrong_not_pass_vs_onnxruntime():
+    case, model, feeds = _relu_case(np.array([0.0, 0.5, 3.0], np.float32))
+    model.graph.node[0].op_type = "NoSuchOp"
+    actual = [np.array([0.0, 0.5, 2.0], np.float32)]
+    assert conformance._judge_by_onnxruntime(model, feeds, actual, case, "differs") == ("wrong", "differs")
 
 
 def test_every_case_has_an_op_and_data():
@@ -114,5 +183,6 @@ def test_compare_judges_like_onnx_backend_runner(actual, expected, problem):
     assert (problem in got) if problem else got == "", got
 
 
-def test_statuses_are_the_four_documented():
-    assert STATUSES == ("pass", "refused", "wrong", "crash")
+def test_statuses_are_the_five_documented():
+    assert STATUSES == ("pass", "pass-vs-onnxruntime", "refused", "wrong", "crash")
+    assert all(f"``{s}``" in conformance.__doc__ for s in STATUSES)

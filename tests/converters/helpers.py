@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 from torch2ms import msutil
 from torch2ms.conversion import convert_graph
-from torch2ms.converters.registry import analyse
+from torch2ms.converters.registry import analyse, lookup
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import run_passes
 
@@ -123,6 +123,10 @@ def load(model: onnx.ModelProto, feeds: dict[str, np.ndarray], passes=()):
 
 # Which MindSpore modes a test runs the generated network in; set per test by conftest.py.
 MODES = ["pynative"]
+# (domain, op type, since) of every converter registration whose code ``convert_and_run`` built
+# and ran in this session (every caller compares the outputs with onnxruntime's); test_coverage.py
+# checks, after the whole folder ran, that no registration is missing.
+RAN: set[tuple[str, str, int]] = set()
 
 
 def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple[dict[str, list[np.ndarray]], str]:
@@ -136,6 +140,10 @@ def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple
     ms.save_checkpoint(
         [{"name": k, "data": ms.Tensor(v)} for k, v in net.params.items()], str(out_dir / "network.ckpt")
     )
+    for n in graph.nodes:
+        reg = lookup(n.op_type, graph.opset, n.domain)
+        if reg is not None:
+            RAN.add((reg.domain, reg.op_type, reg.since))
     results = {}
     try:
         for mode in MODES:

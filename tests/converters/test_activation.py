@@ -302,3 +302,55 @@ def test_silu_from_its_decomposition(order, tmp_path):
         model, {"x": rand(2, 3, 4, 5, low=-6, high=6)}, tmp_path, passes=rebuild_passes(), expect_nodes=["Silu"]
     )
     assert "ops.silu(" in source and "ops.sigmoid(" not in source
+
+
+# --- Softmax over rows that are all -inf (masked attention) ---
+
+
+def _masked_softmax(axis: int, opset: int, dtype=np.float32):
+    """Softmax(Where(mask, x, -inf)): a masked_fill(-inf) as PyTorch exports it."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    vi = helper.make_tensor_value_info
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [
+        helper.make_node("Where", ["mask", "x", "ninf"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["y"], axis=axis),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [vi("mask", onnx.TensorProto.BOOL, [2, 3, 4]), vi("x", elem, [2, 3, 4])],
+        [vi("y", elem, [2, 3, 4])],
+        [numpy_helper.from_array(np.array(-np.inf, dtype), "ninf")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    mask = np.random.default_rng(0).random((2, 3, 4)) > 0.3
+    mask[0, 1, :] = False  # a fully masked row, before unmasked ones
+    mask[1, 0, :] = False
+    return model, {"mask": mask, "x": rand(2, 3, 4, dtype=dtype)}
+
+
+@pytest.mark.parametrize("axis, opset, dtype", [(-1, 13, np.float32), (2, 11, np.float32), (-1, 13, np.float16)])
+def test_softmax_after_a_fully_masked_row(axis, opset, dtype, tmp_path):
+    """MindSpore's CPU softmax turns every row after an all -inf row to garbage; the converter
+    writes softmax out there (onnx_masked_softmax): the masked row is NaN (as in onnxruntime),
+    the others right."""
+    from converters.helpers import convert_and_run, load, run_ort
+
+    model, feeds = _masked_softmax(axis, opset, dtype)
+    (expected,) = run_ort(model, feeds)
+    assert np.isnan(expected[0, 1]).all() and np.isfinite(expected[0, 2]).all()
+    graph, _ = load(model, feeds)
+    results, source = convert_and_run(graph, feeds, tmp_path / "net")
+    assert "onnx_masked_softmax(" in source and "ops.softmax(" not in source
+    for mode, (actual,) in results.items():
+        tol = 1e-3 if dtype == np.float16 else 1e-5  # float16: within a unit in the last place or two
+        np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True, err_msg=mode)
+
+
+def test_softmax_without_an_infinite_constant_stays_ops_softmax(tmp_path):
+    source = check_op("Softmax", [x(2, 3, 4)], {"axis": -1}, tmp_path, opset=13)
+    assert "ops.softmax(" in source and "onnx_masked_softmax" not in source

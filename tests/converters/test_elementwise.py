@@ -235,3 +235,16 @@ def test_where(cond_shape, x_shape, y_shape, const_xy, tmp_path):
 def test_function_table_is_tested():
     bitwise = {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}
     assert set(FUNCTIONS) <= set(ARITH) | set(COMPARISONS) | {"And", "Or", "Xor"} | bitwise
+
+
+@pytest.mark.parametrize("exponent_const", [False, True], ids=["var", "const"])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_pow_integer_base_float_exponent_keeps_the_base_dtype(dtype, exponent_const, tmp_path):
+    """ONNX: Z has X's type; onnxruntime computes in floating point and truncates."""
+    base = np.array([[1, 2, 3, -4], [5, 0, 7, 9]], dtype)
+    exponent = np.array([0.5, 2.0, 1.5, 3.0], np.float32)
+    check_op("Pow", [x(data=base), const(exponent) if exponent_const else x(data=exponent)], {}, tmp_path)
+
+
+def test_pow_integer_base_scalar_float_exponent(tmp_path):
+    check_op("Pow", [x(data=np.array([1, 2, 3, 10], np.int64)), const(np.float32(1.5))], {}, tmp_path)

@@ -191,3 +191,10 @@ def test_einsum_dtypes(dtype, tmp_path):
     tol = 2e-3 if dtype == "float16" else 1e-5
     check_op("Einsum", [x(data=a), x(data=b)], {"equation": "bij,bjk->bik"}, tmp_path / "mm", opset=12, rel_tol=tol)
     check_op("Einsum", [x(data=a)], {"equation": "bij->j"}, tmp_path / "sum", opset=12, rel_tol=tol)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 5), (0, 4), (2, 3, 0)])
+@pytest.mark.parametrize("upper", [0, 1])
+def test_trilu_of_an_empty_matrix(shape, upper, tmp_path):
+    """MindSpore's CPU tril kernel refuses a width of 0: the (empty) input is the result."""
+    check_op("Trilu", [x(data=np.zeros(shape, np.float32)), i64(1)], {"upper": upper}, tmp_path, opset=14)

@@ -11,6 +11,13 @@ gamma; ``ops.prelu`` takes one slope per channel (axis 1) in float16/float32, wh
 broadcasts the slope to X from the right; ``ops.hardshrink``/``ops.softshrink`` are Shrink with
 bias 0 / bias = lambd in float16/float32. Integer Shrink is computed in float64 and truncated,
 like onnxruntime.
+
+MindSpore's CPU ``ops.softmax`` is wrong on every row of the batch after a row that is all -inf
+(they come out 0 or with the wrong sum; ONNX gives NaN for that row alone), so a Softmax whose
+input may hold -inf is written out as ONNX defines it, ``e = exp(x - max(x)); e / sum(e)``
+(``onnx_masked_softmax``). "May hold -inf": a constant among its ancestors holds -inf or a value
+below -FLT_MAX/2 (two of those add up to -inf), as a masked_fill(-inf) or an additive attention
+mask has. A mask fed as a graph input is not seen.
 """
 
 from __future__ import annotations
@@ -117,16 +124,54 @@ def leaky_relu(em, *, alpha=0.01):
     return f"ops.leaky_relu({em.x(0)}, {literal(float(alpha))})"
 
 
+def may_hold_neg_inf(graph, value: str) -> bool:
+    """Whether a constant among ``value``'s ancestors holds -inf or a float below -FLT_MAX/2."""
+    producers = {o: n for n in graph.nodes for o in n.outputs}
+    seen, todo = set(), [value]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        v = graph.values.get(name)
+        if v is not None and v.is_const:
+            c = v.const
+            if c.dtype.kind == "f" and c.size and (np.isneginf(c).any() or np.nanmin(c) < -_FLT_MAX / 2):
+                return True
+            continue
+        node = producers.get(name)
+        if node is not None:
+            todo.extend(node.inputs)
+    return False
+
+
+_MASKED_SOFTMAX = '''
+def onnx_masked_softmax(x, axis):
+    """Softmax as ONNX writes it: MindSpore's CPU softmax corrupts every row after an all -inf row.
+    An all -inf row is NaN, as in onnxruntime."""
+    e = ops.exp(x - ops.amax(x, axis, keepdims=True))
+    return e / ops.sum(e, dim=axis, keepdim=True)
+'''
+
+
+def _softmax(em):
+    """``ops.softmax``, or ``onnx_masked_softmax`` where a row may be all -inf (see the module docstring)."""
+    if may_hold_neg_inf(em.graph, em.node.inputs[0]):
+        fn = em.define("onnx_masked_softmax", _MASKED_SOFTMAX)
+        return lambda x, ax: f"{fn}({x}, {ax})"
+    return lambda x, ax: f"ops.softmax({x}, axis={ax})"
+
+
 @converter("Softmax", since=13)
 def softmax(em, *, axis=-1):
     """Softmax(input) -> output   attrs: axis (opset 13: one axis)"""
-    return f"ops.softmax({em.x(0)}, axis={int(axis)})"
+    return _softmax(em)(em.x(0), int(axis))
 
 
 @converter("Softmax", since=1)
 def softmax_v1(em, *, axis=1):
     """Softmax(input) -> output   attrs: axis (before 13: over all axes from ``axis`` on, flattened)"""
-    return _flattened(em, int(axis), lambda x, ax: f"ops.softmax({x}, axis={ax})")
+    return _flattened(em, int(axis), _softmax(em))
 
 
 @converter("Gelu", since=20)

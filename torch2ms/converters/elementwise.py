@@ -4,7 +4,9 @@ one exists (``a + b``), so the generated code reads like hand-written MindSpore.
 ONNX ``Div`` on integers truncates toward zero, while ``/`` on MindSpore integer tensors is true
 division (a float result): integer Div is ``ops.truncate_div``, which is exact up to 32 bits and
 for int64 up to 2**53 (``ops.div(..., rounding_mode="trunc")`` goes through float32: wrong past
-2**24). ``Max``, ``Min``, ``Sum`` and ``Mean`` take one or more inputs.
+2**24). ``Pow`` has the base's dtype: an integer base with a float exponent is computed in
+float64 (as ONNX's reference does) and cast back, truncating. ``Max``, ``Min``, ``Sum`` and
+``Mean`` take one or more inputs.
 
 ``Mod``: ``fmod=1`` is C's fmod (the sign of A), ``fmod=0`` Python's % (the sign of B), for floats
 only from opset 28. Floats: MindSpore's ``ops.fmod``/``ops.remainder`` differ from ONNX where B is
@@ -26,7 +28,6 @@ from torch2ms.converters.api import Unsupported, converter, ms_dtype
 
 OPERATORS = {"Add": "+", "Sub": "-", "Mul": "*"}  # Div: below
 FUNCTIONS = {
-    "Pow": "ops.pow",
     "Equal": "ops.equal",
     "Greater": "ops.greater",
     "Less": "ops.less",
@@ -127,6 +128,19 @@ def mod(em, *, fmod=0):
 def mod_v28(em, *, fmod=0):
     """Mod(A, B) -> C   attrs: fmod (opset 28: fmod=0 on floats too, infinities and zeros spelled out)"""
     return _mod(em, fmod)
+
+
+@converter("Pow", since=7)
+def pow_(em):
+    """Pow(X, Y) -> Z   as ops.pow(X, Y); Z has X's dtype (an integer X by a float Y: in float64, then cast)"""
+    first = em.operand(0)
+    if em.value(0).is_const and not first.startswith("self."):
+        first = f"ms.Tensor({first}, {ms_dtype(em.dtype(0))})"  # ops.pow takes a tensor first
+    base, exponent = em.dtype(0), em.dtype(1)
+    if base.kind in "iu" and exponent.kind == "f":
+        wide = f"ops.pow(ops.cast({first}, ms.float64), ops.cast({em.x(1)}, ms.float64))"
+        return f"ops.cast({wide}, {ms_dtype(base)})"
+    return f"ops.pow({first}, {em.operand(1)})"
 
 
 @converter("Mean", since=8)

@@ -5,6 +5,8 @@
 - BitShift: ONNX (opset 28 spells it out) defines shifts by a negative amount or by the width or
   more: 0, or -1 for a right shift of a negative number. MindSpore shifts modulo the width, like
   the CPU; shift amounts that are not a constant known to be in range are guarded.
+- Trilu: an input with a dimension of 0 is returned as is (MindSpore's CPU ``tril`` kernel refuses
+  a width of 0; the result is empty anyway).
 - EyeLike: ``ops.eye``; with ``k != 0`` the (constant) matrix is stored.
 - Einsum: ``ops.einsum`` runs on GPU/Ascend only, so the equation is lowered. Each operand first
   takes its diagonals (a letter repeated in one term, ``ops.diagonal``) and sums the letters no
@@ -71,6 +73,8 @@ def bit_shift(em, *, direction):
 def trilu(em, *, upper=1):
     """Trilu(input, k?) -> output   attrs: upper (k constant)"""
     k = int(em.require_const(1, "k").reshape(-1)[0]) if em.has_input(1) else 0
+    if 0 in em.shape(0):  # empty: nothing to mask (MindSpore's CPU tril refuses a width of 0)
+        return em.x(0)
     fn = "ops.triu" if upper else "ops.tril"
     return f"{fn}({em.x(0)}, {k})" if k else f"{fn}({em.x(0)})"
 
