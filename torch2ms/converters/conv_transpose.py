@@ -106,7 +106,10 @@ def conv_transpose(
         begins, ends, extra = ([0] + v for v in (begins, ends, extra))
         x = f"ops.expand_dims({x}, 2)"
     bias_outside = bias is not None and any(extra) and n + as_2d == 2  # nn.Conv2dTranspose pads after its bias
-    kw: dict = {"pad_mode": "pad" if any(begins + ends + extra) else "valid"}
+    # MindSpore's "valid" gives in * stride + max(extent - stride, 0), one row too many where the
+    # kernel's extent d * (k - 1) + 1 is below the stride; "pad" (0) gives ONNX's (in - 1) * stride + extent
+    short = any(d * (k - 1) + 1 < s for k, s, d in zip(kernel, strides, dilations))
+    kw: dict = {"pad_mode": "pad" if any(begins + ends + extra) or short else "valid"}
     if any(begins + ends):
         kw["padding"] = begins[0] if n == 1 and not as_2d else squash([v for p in zip(begins, ends) for v in p])
     if any(extra):
