@@ -37,8 +37,8 @@ from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.stages import stage_names
-from torch2ms.zoo import failures
 from torch2ms.zoo.disk import du_mb
+from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
 from torch2ms.zoo.row import ModelRow
 
@@ -210,7 +210,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
     running = current if current and stages.get(current) == "running" else None
     if ended.timed_out:
         model_status = "timeout"
-        failure = failures.from_exit("timeout", running)
+        failure = from_exit("timeout", running)
         if current and stages.get(current) == "running":
             stages[current] = "timeout"
         reason = (
@@ -219,7 +219,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         )
     elif ended.over_memory:
         model_status = "oom"
-        failure = failures.from_exit("oom", running)
+        failure = from_exit("oom", running)
         if current and stages.get(current) == "running":
             stages[current] = "oom"
         reason = (
@@ -228,7 +228,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         )
     elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
         model_status = "oom"
-        failure = failures.from_exit("oom", running)
+        failure = from_exit("oom", running)
         if current and stages.get(current) == "running":
             stages[current] = "oom"
         reason = (
@@ -239,7 +239,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         model_status = status.get("status") or "failed"
         reason = status.get("reason", "")
         if model_status != "passed":
-            failure = failures.Failure(**status["failure"]) if status.get("failure") else failures.Failure("crash")
+            failure = Failure(**status["failure"]) if status.get("failure") else Failure("crash")
     else:
         model_status = "crashed"
         if current and stages.get(current) == "running":
@@ -250,7 +250,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
                 how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
         else:
             how = f"exited with code {returncode}"
-        failure = failures.from_exit("crashed", running, how.split(" (")[0])
+        failure = from_exit("crashed", running, how.split(" (")[0])
         tail = _last_line(run_dir / LOG)
         reason = f"worker {how}{where}" + (f"; last log line: {tail}" if tail else "") + f" (log: {run_dir / LOG})"
 

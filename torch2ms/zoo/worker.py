@@ -52,7 +52,8 @@ def main(job_path: str) -> int:
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
     from torch2ms.stages import stage_names
-    from torch2ms.zoo import disk, failures
+    from torch2ms.zoo.disk import prune
+    from torch2ms.zoo.failures import from_check, from_exception
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
@@ -92,7 +93,7 @@ def main(job_path: str) -> int:
         if running:
             status["stages"][running] = "failed"
         reason = str(err) if isinstance(err, Torch2msError) else f"{type(err).__name__}: {err}"
-        failure = failures.from_exception(err, status["stage"])
+        failure = from_exception(err, status["stage"])
         update(
             state="finished",
             status="failed",
@@ -105,9 +106,9 @@ def main(job_path: str) -> int:
         status["stages"][s.stage] = s.status
     failed = result.failed_stage
     reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
-    failure = failures.from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
+    failure = from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
     if result.passed and job.get("keep", "needed") != "all":
-        gone = disk.prune(runner.run_dir, runner.stages, recipe)
+        gone = prune(runner.run_dir, runner.stages, recipe)
         if gone:
             print(f"[zoo] {job['name']}: deleted intermediate weights {', '.join(map(str, gone))}", flush=True)
     update(
