@@ -21,10 +21,11 @@ how the process ended (``from_exit``). ``blocker_table`` groups the blockers of 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from torch2ms.zoo.files import read_json
 
 CATEGORIES = ("unsupported-op", "export", "numeric", "crash", "timeout", "oom")
 
@@ -82,7 +83,7 @@ def from_exception(err: BaseException, stage: str | None) -> Failure:
 
 def from_check(stage: str, record: dict | None, stage_dir: Path) -> Failure:
     """A stage's outputs left the tolerance: its first diverging op from diff.json, when localised."""
-    diff = _read(stage_dir / "diff.json")
+    diff = read_json(stage_dir / "diff.json")
     first = (diff or {}).get("first") or {}
     if first.get("op"):
         return Failure("numeric", [f"first diverging op: {first['op']}"])
@@ -102,14 +103,6 @@ def from_exit(status: str, stage: str | None, how: str = "") -> Failure:
         return Failure(status, [f"{status} in {stage}" if stage else f"{status} before the first stage"])
     where = stage or "before the first stage"
     return Failure("crash", [f"{where}: worker {how}" if how else f"{where}: worker died"])
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def blocker_table(rows) -> list[dict]:
