@@ -75,6 +75,21 @@ def test_plan_keeps_exactly_the_fragile_spot(exported):
     assert precision.keep_dtype_text(plan).splitlines() == [k["name"] for k in plan["keep_fp32"]]
 
 
+def test_a_bound_all_fp16_meets_needs_no_sensitivity(exported):
+    kind, recipe, onnx_path, inputs, reference = exported
+    emu = Fp16Emulator(onnx_path, inputs, ["output"])
+    all_fp16 = worst_error(emu.run(), reference)
+    if not np.isfinite(all_fp16):
+        pytest.skip("fp16 overflows: no bound is met with every layer in fp16")
+    loose = recipe.model_copy(
+        update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": 2 * all_fp16})}
+    )
+    plan = precision.make_plan(loose, onnx_path, inputs, reference, log=lambda m: None, emulator=emu)
+    assert plan["before"]["ok"] and plan["keep_fp32"] == [] and plan["sensitivity"] == []
+    assert emu.runs == 2  # this test's run and the plan's all-fp16 one, not one per layer
+    assert "Not measured" in precision.plan_markdown(plan, "m")
+
+
 def test_emulation_agrees_with_true_fp16_pytorch(exported):
     """PyTorch's CPU fp16 kernels store every tensor in fp16 and accumulate in fp32, which is what
     the emulation models: the error they cause must be the emulation's, and the emulated outputs

@@ -5,7 +5,8 @@ node's inputs, weights and outputs switchable per node, fp32 accumulation) on th
 samples, against PyTorch's outputs:
 
 1. *before*: every node in fp16;
-2. *sensitivity* of node ``i``: the error at the outputs when ``i`` alone runs in fp16;
+2. *sensitivity* of node ``i``: the error at the outputs when ``i`` alone runs in fp16 (not
+   measured when step 1 already meets the bound: there is nothing to keep in fp32);
 3. *plan*: nodes in decreasing sensitivity are kept in fp32 until the outputs meet the bound
    (``precision.fp16_rel_error`` on every output's ``max|a - r| / max|r|``, and
    ``check.task_agreement`` when the recipe sets it). The smallest such prefix is found by
@@ -132,6 +133,8 @@ def make_plan(
     n = len(emu.names)
     before = judge(recipe, emu.run(), reference)
     log(f"fp16 plan: {n} layers; all in fp16: rel error {before['error']}")
+    if sens is None and before["ok"]:
+        sens = []  # nothing to keep in fp32: n emulations (minutes on a large model) would decide nothing
     sens = copy.deepcopy(sens) if sens is not None else sensitivity(emu, reference)
     order = [s["index"] for s in sorted(sens, key=lambda s: (-s["error"], s["index"]))]
     tried: dict[tuple, dict] = {}
@@ -166,7 +169,7 @@ def make_plan(
                 trial = [k for k in keep if k != i]
                 if trial and meets(trial):
                     keep = trial
-    after = tried.get(tuple(sorted(keep))) or judge(recipe, emu.run(fp32=keep), reference)
+    after = before if not keep else tried.get(tuple(sorted(keep))) or judge(recipe, emu.run(fp32=keep), reference)
     by_index = {s["index"]: s for s in sens}
     for s in sens:
         s["error"] = _sig(s["error"]) if math.isfinite(s["error"]) else "inf"
@@ -316,12 +319,11 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
             lines += ["", "Unnamed ONNX nodes cannot go in keep_dtype.cfg: " + ", ".join(k["label"] for k in unnamed)]
         lines.append("")
     rows = plan["sensitivity"][:TABLE_ROWS]
-    lines += [
-        "## Sensitivity: rel error at the outputs with one layer alone in fp16",
-        "",
-        "| layer | op | rel error | kept |",
-        "|---|---|---|---|",
-    ]
+    lines += ["## Sensitivity: rel error at the outputs with one layer alone in fp16", ""]
+    if not rows:
+        lines += ["Not measured: with every layer in fp16 the outputs already meet the bound."]
+    else:
+        lines += ["| layer | op | rel error | kept |", "|---|---|---|---|"]
     kept = {k["label"] for k in plan["keep_fp32"]}
     lines += [
         f"| `{s['label']}` | {s['op']} | {_fmt(_json_error(s['error']))} | {'fp32' if s['label'] in kept else ''} |"
