@@ -136,3 +136,40 @@ def test_zoo_summary_shows_the_task_agreement():
     row = {"name": "yolov8n", "status": "passed", "stages": {}, "task_agreement": 1.0}
     assert cells(row)[COLUMNS.index("task agreement")] == "1.0000"  # as `verify` prints it
     assert cells({**row, "task_agreement": None})[COLUMNS.index("task agreement")] == "-"
+
+
+def test_the_gate_widens_only_to_what_float32_itself_cannot_decide():
+    from torch2ms.tasks import bound
+
+    r = recipe()
+    t = task_for(r)
+    assert bound(r, t) == {"agreement": 1.0, "by": "recipe"}
+    assert bound(r, t, 1.0, "x") == {"agreement": 1.0, "by": "recipe"}
+    # yolo12n: float32 PyTorch keeps 1 of ~600 float64 boxes differently -> 10x that disagreement
+    b = bound(r, t, 1 - 1 / 600, "float32 PyTorch's disagreement with float64")
+    assert abs(b["agreement"] - (1 - 10 / 600)) < 1e-12 and b["by"].startswith("10x float32 PyTorch's")
+    # noise_factor 0 turns it off; a recipe gate already looser than the floor's stays
+    off = parse_recipe({**BASE, "check": {"noise_factor": 0}})
+    assert bound(off, task_for(off), 0.99, "x")["by"] == "recipe"
+    loose = parse_recipe({**BASE, "check": {"task_agreement": 0.5}})
+    assert bound(loose, task_for(loose), 0.99, "x") == {"agreement": 0.5, "by": "recipe"}
+    assert bound(r, t, 0.5, "x")["agreement"] == 0.0
+
+
+def test_the_export_stage_measures_float32_against_float64_boxes():
+    from torch2ms.stages.export import float32_task_floor
+
+    r = recipe()
+    wide = {"output": head(3).astype(np.float64)}
+    same = float32_task_floor(r, [{"output": wide["output"].astype(np.float32)}], [wide])
+    assert same == {"metric": "detection agreement", "agreement": 1.0}
+    # float32 that loses one of float64's kept boxes (its class score falls to 0) is measured as such
+    conf = yolo.choose_conf(wide["output"], {**r.postprocess.model_dump(), "kind": "detect"})[0]
+    kept = yolo.non_max_suppression(wide["output"], conf=conf, iou=0.7, nc=3, max_det=50)[0]
+    x = wide["output"][0].T
+    lost = int(np.flatnonzero(np.isclose(x[:, 4:].max(1), kept[-1, 4]))[0])
+    narrow = wide["output"].astype(np.float32)
+    narrow[0, 4:, lost] = 0
+    got = float32_task_floor(r, [{"output": narrow}], [wide])
+    assert got["agreement"] == (len(kept) - 1) / len(kept)
+    assert float32_task_floor(r, [{"output": narrow}], None) is None

@@ -118,8 +118,11 @@ def _task_lines(result: RunResult) -> list[str]:
     gated = f"a stage fails below {need:g}" if need else "report only"
     lines = ["", f"Task ({result.recipe.task}): each stage's outputs vs PyTorch's; {gated} (check.task_agreement)."]
     for s in result.stages:
-        notes = ((s.record or {}).get("task") or {}).get("notes") or []
-        lines += [f"- {s.stage}: {n}" for n in notes]
+        task = (s.record or {}).get("task") or {}
+        b = task.get("gate") or {}
+        if b.get("by", "recipe") != "recipe":
+            lines.append(f"- {s.stage}: gate {b['agreement']:.4g}, widened to {b['by']}")
+        lines += [f"- {s.stage}: {n}" for n in task.get("notes") or []]
     return lines
 
 

@@ -121,6 +121,8 @@ class Runner:
         self.ctx.stages = self.stages
         # per output: onnxruntime's (rel_error, cosine) against PyTorch, from the noise-floor stage
         self.floor: dict[str, tuple[float, float]] | None = None
+        # onnxruntime's task agreement with PyTorch (e.g. detection), from the same stage
+        self.task_floor: float | None = None
         self.versions = framework_versions()
 
     def run(self, from_stage: str | None = None, force: bool = False, until: str | None = None) -> RunResult:
@@ -186,6 +188,7 @@ class Runner:
     def _note_floor(self, stage: Stage, record: dict | None) -> None:
         if stage.noise_floor and record:
             self.floor = {m["name"]: (float(m["rel_error"]), float(m["cosine"])) for m in record.get("metrics", [])}
+            self.task_floor = (record.get("task") or {}).get("agreement")
 
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
@@ -240,7 +243,14 @@ class Runner:
             for m in metrics:
                 violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
             bounds = {m.name: tol.bound(m.name) for m in metrics}
-            task_result, task_violation = self._task_check(produced.outputs, ref_out)
+            if stage.noise_floor:
+                task_floor = (
+                    (produced.extra.get("float32_task_floor") or {}).get("agreement"),
+                    "float32 PyTorch's disagreement with float64",
+                )
+            else:
+                task_floor = self.task_floor, "onnxruntime's disagreement with PyTorch"
+            task_result, task_violation = self._task_check(produced.outputs, ref_out, *task_floor)
             if task_violation:
                 violations.append(task_violation)
             for size, outs in (produced.batches or {}).items():
@@ -276,17 +286,20 @@ class Runner:
         self.run_dir.commit(stage.name, out)
         return StageResult(stage.name, status, record, reason, declared=stage)
 
-    def _task_check(self, outputs, reference):
-        """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if any."""
-        from torch2ms.tasks import gate, task_for
+    def _task_check(self, outputs, reference, floor: float | None, source: str | None):
+        """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if
+        any. ``floor``: the agreement two correct float32 implementations reach (``tasks.bound``)."""
+        from torch2ms.tasks import bound, task_for
 
         t = task_for(self.recipe)
         result = t.measure(self.recipe, outputs, reference) if t else None
         if result is None:
             return None, None
-        need = gate(self.recipe, t)
-        if result.agreement < need:
-            return result, f"{result.metric} {result.agreement:.4f} < {need}"
+        b = bound(self.recipe, t, floor, source or "")
+        result.gate = b
+        if result.agreement < b["agreement"]:
+            why = "" if b["by"] == "recipe" else f" ({b['by']})"
+            return result, f"{result.metric} {result.agreement:.4f} < {b['agreement']:.4g}{why}"
         return result, None
 
     def _localize(self, stage: str, out: Path):

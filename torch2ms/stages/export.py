@@ -169,7 +169,9 @@ class ExportStage(Stage):
                 }
                 for n, s in extra_in.items()
             }
-        floor = float32_floor(model, samples, outputs)
+        wide = float64_outputs(model, samples)
+        floor, task_floor = float32_floor(outputs, wide), float32_task_floor(recipe, outputs, wide)
+        del wide
 
         class Wrapped(torch.nn.Module):
             def __init__(self, inner):
@@ -225,6 +227,8 @@ class ExportStage(Stage):
             extra["exporter_changes"] = changes
         if floor:
             extra["float32_floor"] = floor
+        if task_floor:
+            extra["float32_task_floor"] = task_floor
         if tracer:
             extra["tracer_warnings"] = tracer
         return StageOutput(ort_out, counts=counts, extra=extra, batches=ort_batches or None)
@@ -502,22 +506,19 @@ class _Counter:
         return self.calls // max(self.passes, 1)
 
 
-def float32_floor(model, samples, outputs) -> dict[str, list[float]] | None:
-    """Per output, (relative error, cosine) of PyTorch's float32 outputs against the same model in
-    float64: what float32 arithmetic itself costs this network. The export stage's check (onnxruntime,
-    another float32 implementation, against PyTorch) may widen to ``check.noise_factor`` times it.
-    None when the model does not run in float64."""
+def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
+    """The same model's outputs in float64 on ``samples``: what float32 arithmetic is measured
+    against (``float32_floor``, ``float32_task_floor``). None when the model does not run in float64."""
     import copy
 
     import torch
 
-    from torch2ms.compare import compare_outputs
     from torch2ms.model_loader import flatten_outputs
 
     try:
         wide = copy.deepcopy(model).double()
         with torch.no_grad():
-            ref = [
+            return [
                 {
                     k: v.detach().numpy()
                     for k, v in flatten_outputs(wide(*[torch.from_numpy(a).double() for a in s.values()])).items()
@@ -526,8 +527,32 @@ def float32_floor(model, samples, outputs) -> dict[str, list[float]] | None:
             ]
     except Exception:
         return None
-    metrics = compare_outputs([{k: v.astype(np.float64) for k, v in o.items()} for o in outputs], ref)
+
+
+def float32_floor(outputs, wide) -> dict[str, list[float]] | None:
+    """Per output, (relative error, cosine) of PyTorch's float32 outputs against the same model in
+    float64 (``wide``): what float32 arithmetic itself costs this network. The export stage's check
+    (onnxruntime, another float32 implementation, against PyTorch) may widen to
+    ``check.noise_factor`` times it."""
+    from torch2ms.compare import compare_outputs
+
+    if wide is None:
+        return None
+    metrics = compare_outputs([{k: v.astype(np.float64) for k, v in o.items()} for o in outputs], wide)
     return {m.name: [float(m.rel_error), float(m.cosine)] for m in metrics if m.nonfinite is None}
+
+
+def float32_task_floor(recipe, outputs, wide) -> dict | None:
+    """The recipe task's agreement of PyTorch's float32 outputs with float64's (``wide``), e.g. the
+    share of float64's boxes float32 keeps: the export stage's task gate may widen to
+    ``check.noise_factor`` times its disagreement (``tasks.bound``). None without a task."""
+    from torch2ms.tasks import task_for
+
+    t = task_for(recipe)
+    if wide is None or t is None:
+        return None
+    result = t.measure(recipe, outputs, wide)
+    return {"metric": result.metric, "agreement": result.agreement} if result else None
 
 
 @contextlib.contextmanager
