@@ -312,6 +312,24 @@ def test_infer_py_self_check_passes(tiny_bundle, tmp_path):
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
 
 
+def test_a_network_passed_at_its_noise_floor_verifies_at_that_bound(tmp_path, capsys):
+    """A recipe bound below what float32 can give (1e-12) passes its stages only through the
+    noise-floor rule; the bundle carries the bound the MindIR stage passed under, so verify agrees
+    with convert, and that bound still fails the self-check's own 1e-12."""
+    recipe = write_recipe(tmp_path / "tight.yaml", check={"samples": 2, "rel_error": 1e-12, "cosine": 0.99999})
+    bundle = _package(recipe, tmp_path / "dist")
+    root = unpack_bundle(bundle, tmp_path / "bundle")
+    manifest = json.loads((root / "manifest.json").read_text())
+    tol = manifest["tolerance"]
+    assert tol["rel_error"] > 1e-12 and tol["by"].startswith("10x onnxruntime's distance"), tol
+    mindir = next(s for s in manifest["stages"] if s["stage"] == "mindir")
+    assert 1e-12 < mindir["worst"]["rel_error"] <= tol["rel_error"]  # the recipe's own bound would refuse it
+    assert _cli(["verify", str(bundle)]) == 0
+    assert "10x onnxruntime's distance from PyTorch" in " ".join(capsys.readouterr().out.split())
+    assert run_bundle_infer(root, "--self-check").returncode == 0
+    assert run_bundle_infer(root, "--self-check", "--rtol", "1e-12").returncode == 1
+
+
 # --- the real models (minutes each) ---
 
 

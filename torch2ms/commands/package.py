@@ -90,6 +90,8 @@ def verify(
     out_console.print(
         f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} "
         f"samples{sizes} "
-        f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']})",
+        f"(rel error <= {tol['rel_error']:g}, cosine >= {tol['cosine']:.7g}"
+        + ("" if tol.get("by", "recipe") == "recipe" else f": {tol['by']}")
+        + ")",
         highlight=False,
     )

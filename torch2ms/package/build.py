@@ -86,6 +86,26 @@ def postprocess_spec(recipe: Recipe, out_name: str, out_shape: tuple[int, ...]) 
     return {**kind, "class_names": names}
 
 
+def bundle_tolerance(recipe: Recipe, record: dict) -> dict:
+    """What ``verify`` and ``infer.py --self-check`` hold the MindIR to: the bound its stage passed
+    under (stage.json ``bounds``: the recipe's, or ``check.noise_factor`` times the network's float32
+    noise floor where that is looser), the loosest over the outputs, and the task gate it passed
+    (``task.gate``). A network float32 cannot compute closer than 1e-4 (levit_192: 1.4e-2 between
+    float32 and float64 PyTorch) packages and verifies under the bound its conversion was checked at."""
+    tol = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine, "by": "recipe"}
+    for b in (record.get("bounds") or {}).values():
+        if b["rel_error"] > tol["rel_error"] or b["cosine"] < tol["cosine"]:
+            tol = {
+                "rel_error": max(tol["rel_error"], b["rel_error"]),
+                "cosine": min(tol["cosine"], b["cosine"]),
+                "by": b["by"],
+            }
+    gate = (record.get("task") or {}).get("gate")
+    if gate:
+        tol["task_agreement"], tol["task_by"] = gate["agreement"], gate["by"]
+    return tol
+
+
 def stage_figures(records: dict[str, dict]) -> list[dict]:
     out = []
     for stage, rec in records.items():
@@ -261,7 +281,7 @@ def build_bundle(
         from torch2ms.package import detection
 
         preprocess.update(detection.preprocess(recipe))
-    tolerance = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine}
+    tolerance = bundle_tolerance(recipe, records[writer_of("network.mindir", recipe)])
     plan = None
     if precision == "fp16":
         log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")

@@ -114,7 +114,7 @@ def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
     result = t.measure(recipe, outputs, reference) if t else None
     if result is None:
         return None, None
-    need = gate(recipe, t)
+    need = manifest["tolerance"].get("task_agreement", gate(recipe, t))
     violation = f"{result.metric} {result.agreement:.4f} < {need}" if result.agreement < need else None
     return result.to_dict(), violation
 

@@ -164,10 +164,16 @@ def self_check_detections(got: list[dict], arrays: dict, outs: list[str], manife
             f"sample {s}: PyTorch's box {want['boxes'][i].round(1).tolist()} not matched ({why})" for i, why in missing
         ]
         problems += [f"sample {s}: extra box {have['boxes'][j].round(1).tolist()}" for j in extras]
-    good = matched == total and not extra
+    # the gate the conversion passed: 1.0, or wider where float32 itself keeps other boxes than float64
+    need = manifest["tolerance"].get("task_agreement", 1.0)
+    agreement = matched / total if total else 1.0
+    if extra and agreement == 1.0:
+        agreement = matched / (total + extra)
+    good = agreement >= need
     print(
         f"{'ok  ' if good else 'FAIL'} detections: {matched}/{total} of PyTorch's matched "
-        f"(box IoU >= {pp.BOX_IOU}, same class), {extra} extra  [{len(got)} samples]"
+        f"(box IoU >= {pp.BOX_IOU}, same class), {extra} extra, agreement {agreement:.4f} (>= {need:.4g})"
+        f"  [{len(got)} samples]"
     )
     for line in problems[:20]:
         print(f"     {line}")
