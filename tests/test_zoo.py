@@ -429,3 +429,19 @@ def test_ci_zoo_every_model_passes(tmp_path):
     failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed"}
     assert not failed, failed
     assert code == 0
+
+
+def test_the_summary_says_which_bound_judged_a_model():
+    from torch2ms.zoo.row import bound_cell
+
+    recipe = {"bounds": {"out": {"rel_error": 1e-4, "cosine": 0.99999, "by": "recipe"}}, "task": None}
+    assert bound_cell({}) is None
+    assert bound_cell({"export": recipe, "rebuild": recipe}) == "recipe"
+    floor = {"rel_error": 0.16, "cosine": 0.998, "by": "10x onnxruntime's distance from PyTorch"}
+    gate = {"agreement": 0.9425, "by": "10x onnxruntime's disagreement with PyTorch (0.9943)"}
+    widened = {"bounds": {"out": floor, "other": recipe["bounds"]["out"]}, "task": {"gate": gate}}
+    cell = bound_cell({"export": recipe, "fold": widened})
+    assert cell == (
+        "rel 1.60e-01 (10x onnxruntime's distance from PyTorch); task 0.9425 (10x onnxruntime's disagreement with "
+        "PyTorch (0.9943))"
+    )

@@ -40,7 +40,7 @@ from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
-from torch2ms.zoo.row import ModelRow
+from torch2ms.zoo.row import ModelRow, bound_cell
 
 POLL_S = 0.5
 GRACE_S = 3.0
@@ -279,6 +279,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         min_cosine=min(coss) if coss else None,
         task_agreement=worst_task["agreement"] if worst_task else None,
         task=task_summary(worst_task) if worst_task else None,
+        bound=bound_cell(records),
         onnx_nodes=get("counts", "onnx_nodes"),
         conv2d_bn_act=get("counts", "conv2d_bn_act"),
         fusion_coverage=coverage_cell(get("counts", "fusion")),

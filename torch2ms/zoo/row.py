@@ -22,6 +22,7 @@ class ModelRow:
     min_cosine: float | None = None
     task_agreement: float | None = None  # the recipe task's agreement with PyTorch, worst stage
     task: str | None = None  # that stage's task figures, as the report shows them
+    bound: str | None = None  # "recipe", or the widest noise-floor bound a stage passed under (bound_cell)
     onnx_nodes: int | None = None
     conv2d_bn_act: int | None = None
     fusion_coverage: str | None = None  # Conv->(BN)->act chains fused / found, e.g. "49/49"
@@ -60,6 +61,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("min cosine", "min_cosine", ".7f"),
     ("task agreement", "task_agreement", ".4f"),  # the gated figure, as `verify` prints it
     ("task (worst stage)", "task", "s"),
+    ("bound", "bound", "s"),  # which rule judged it: the recipe's, or k x the float32 noise floor
     ("ONNX nodes", "onnx_nodes", "d"),
     ("Conv2dBnAct", "conv2d_bn_act", "d"),
     ("fusion coverage", "fusion_coverage", "s"),
@@ -70,3 +72,21 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("disk MB", "disk_mb", ".0f"),
     ("category", "category", "s"),
 ]
+
+
+def bound_cell(records: dict[str, dict]) -> str | None:
+    """Which bound the stages passed under (stage.json ``bounds`` and ``task.gate``): "recipe", or
+    the widest noise-floor bound applied, e.g. "rel 1.60e-01 (10x onnxruntime's distance from
+    PyTorch)", so a summary shows which models passed only because float32 cannot do better."""
+    if not records:
+        return None
+    rel = task = None
+    for r in records.values():
+        for b in (r.get("bounds") or {}).values():
+            if b.get("by", "recipe") != "recipe" and (rel is None or b["rel_error"] > rel[0]):
+                rel = (b["rel_error"], b["by"])
+        g = (r.get("task") or {}).get("gate") or {}
+        if g.get("by", "recipe") != "recipe" and (task is None or g["agreement"] < task[0]):
+            task = (g["agreement"], g["by"])
+    parts = ([f"rel {rel[0]:.2e} ({rel[1]})"] if rel else []) + ([f"task {task[0]:.4f} ({task[1]})"] if task else [])
+    return "; ".join(parts) or "recipe"
