@@ -434,14 +434,22 @@ def test_ci_zoo_every_model_passes(tmp_path):
 def test_the_summary_says_which_bound_judged_a_model():
     from torch2ms.zoo.row import bound_cell
 
-    recipe = {"bounds": {"out": {"rel_error": 1e-4, "cosine": 0.99999, "by": "recipe"}}, "task": None}
+    def rec(rel, by="recipe", bound=1e-4, task=None):
+        return {
+            "metrics": [{"name": "out", "rel_error": rel, "cosine": 1.0}],
+            "bounds": {"out": {"rel_error": bound, "cosine": 0.99999, "by": by}},
+            "task": task,
+        }
+
+    floor = "10x onnxruntime's distance from PyTorch"
     assert bound_cell({}) is None
-    assert bound_cell({"export": recipe, "rebuild": recipe}) == "recipe"
-    floor = {"rel_error": 0.16, "cosine": 0.998, "by": "10x onnxruntime's distance from PyTorch"}
+    assert bound_cell({"export": rec(3e-6), "rebuild": rec(5e-6)}) == "recipe"
+    # a widened bound the model did not need (error within 1e-4) is not reported
+    assert bound_cell({"rebuild": rec(8e-5, floor, 6e-4)}) == "recipe"
     gate = {"agreement": 0.9425, "by": "10x onnxruntime's disagreement with PyTorch (0.9943)"}
-    widened = {"bounds": {"out": floor, "other": recipe["bounds"]["out"]}, "task": {"gate": gate}}
-    cell = bound_cell({"export": recipe, "fold": widened})
+    task = {"metric": "detection agreement", "agreement": 0.9885, "gate": gate}
+    cell = bound_cell({"export": rec(3e-3, floor, 2.9e-2), "fold": rec(6.2e-3, floor, 6.2e-2, task)})
     assert cell == (
-        "rel 1.60e-01 (10x onnxruntime's distance from PyTorch); task 0.9425 (10x onnxruntime's disagreement with "
+        f"rel 6.20e-03 <= 6.20e-02 ({floor}); task 0.9885 >= 0.9425 (10x onnxruntime's disagreement with "
         "PyTorch (0.9943))"
     )

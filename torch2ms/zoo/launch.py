@@ -193,6 +193,15 @@ def _kernel_oom_killed(pid: int | None) -> bool:
     return f"Killed process {pid} " in log
 
 
+def _recipe_bounds(job: dict) -> tuple[float, float, float]:
+    """The recipe's own (rel_error, cosine, task gate) for ``bound_cell``: what needed no widening."""
+    from torch2ms.recipe import CheckSpec
+
+    check = CheckSpec.model_validate((job.get("recipe") or {}).get("check") or {})
+    gate = check.task_agreement if check.task_agreement is not None else 1.0
+    return check.rel_error, check.cosine, gate
+
+
 def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previous: ModelRow | None) -> ModelRow:
     """The model's row from its job, the worker's last status, how it ended, and its stage records."""
     returncode = ended.returncode
@@ -279,7 +288,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         min_cosine=min(coss) if coss else None,
         task_agreement=worst_task["agreement"] if worst_task else None,
         task=task_summary(worst_task) if worst_task else None,
-        bound=bound_cell(records),
+        bound=bound_cell(records, *_recipe_bounds(job)),
         onnx_nodes=get("counts", "onnx_nodes"),
         conv2d_bn_act=get("counts", "conv2d_bn_act"),
         fusion_coverage=coverage_cell(get("counts", "fusion")),

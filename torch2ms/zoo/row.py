@@ -74,19 +74,28 @@ COLUMNS: list[tuple[str, str, str]] = [
 ]
 
 
-def bound_cell(records: dict[str, dict]) -> str | None:
-    """Which bound the stages passed under (stage.json ``bounds`` and ``task.gate``): "recipe", or
-    the widest noise-floor bound applied, e.g. "rel 1.60e-01 (10x onnxruntime's distance from
-    PyTorch)", so a summary shows which models passed only because float32 cannot do better."""
+def bound_cell(records: dict[str, dict], rel_error: float = 1e-4, cosine: float = 0.99999, gate: float = 1.0):
+    """Which bound a model needed (stage.json ``bounds`` and ``task.gate``): "recipe" when every
+    stage is within the recipe's (``rel_error``, ``cosine``, task ``gate``), else the widest
+    noise-floor bound a stage needed, e.g. "rel 2.91e-03 <= 2.91e-02 (10x onnxruntime's distance
+    from PyTorch)": the summaries show which models pass only because float32 cannot do better."""
     if not records:
         return None
     rel = task = None
     for r in records.values():
-        for b in (r.get("bounds") or {}).values():
-            if b.get("by", "recipe") != "recipe" and (rel is None or b["rel_error"] > rel[0]):
-                rel = (b["rel_error"], b["by"])
-        g = (r.get("task") or {}).get("gate") or {}
-        if g.get("by", "recipe") != "recipe" and (task is None or g["agreement"] < task[0]):
-            task = (g["agreement"], g["by"])
-    parts = ([f"rel {rel[0]:.2e} ({rel[1]})"] if rel else []) + ([f"task {task[0]:.4f} ({task[1]})"] if task else [])
+        bounds = r.get("bounds") or {}
+        for m in r.get("metrics") or []:
+            b = bounds.get(m["name"]) or {}
+            value = m.get("rel_error")
+            if b.get("by", "recipe") == "recipe" or not isinstance(value, float):
+                continue
+            if (value > rel_error or m.get("cosine", 1.0) < cosine) and (rel is None or value > rel[0]):
+                rel = (value, b["rel_error"], b["by"])
+        t = r.get("task") or {}
+        g = t.get("gate") or {}
+        if g.get("by", "recipe") != "recipe" and t["agreement"] < gate and (task is None or t["agreement"] < task[0]):
+            task = (t["agreement"], g["agreement"], g["by"])
+    parts = ([f"rel {rel[0]:.2e} <= {rel[1]:.2e} ({rel[2]})"] if rel else []) + (
+        [f"task {task[0]:.4f} >= {task[1]:.4f} ({task[2]})"] if task else []
+    )
     return "; ".join(parts) or "recipe"
