@@ -78,6 +78,29 @@ def test_a_numeric_failure_names_the_first_diverging_op_from_diff(tmp_path):
     ]
 
 
+def test_the_replay_names_a_wrong_node_or_says_the_error_accumulated(tmp_path):
+    first = {"op": "BatchNormalization", "node": "bn"}
+    (tmp_path / "diff.json").write_text(json.dumps({"first": first, "wrong": {"op": "Conv"}, "accumulated": False}))
+    assert failures.from_check("rebuild", {}, tmp_path).blockers == ["wrong node: Conv"]
+    (tmp_path / "diff.json").write_text(json.dumps({"first": first, "wrong": None, "accumulated": True}))
+    assert failures.from_check("rebuild", {}, tmp_path).blockers == [
+        "rebuild: accumulated rounding past noise_factor x the bound, no node wrong"
+    ]
+
+
+def test_a_stage_out_of_memory_is_oom_not_a_crash():
+    # what MindSpore raised for alexnet's 244 MB checkpoint while other jobs held the memory
+    cause = ValueError("the checkpoint protobuf content size 244404136 bytes exceeds current available memory 2165")
+    try:
+        raise StageFailed("stage 'compile' failed after ['export']") from cause
+    except StageFailed as err:
+        assert failures.from_exception(err, "compile").to_dict() == {
+            "category": "oom",
+            "blockers": ["oom in compile: ValueError"],
+        }
+    assert failures.from_exception(MemoryError(), "fold").category == "oom"
+
+
 def test_exits_are_timeout_oom_or_crash_with_the_stage():
     assert failures.from_exit("timeout", "compile").to_dict() == {
         "category": "timeout",

@@ -199,8 +199,8 @@ class DiffReport:
 # --- the probe --------------------------------------------------------------------------------
 
 
-def _construct(source: str) -> ast.FunctionDef:
-    tree = ast.parse(source)
+def _construct(source: str | ast.Module) -> ast.FunctionDef:
+    tree = ast.parse(source) if isinstance(source, str) else source
     construct = next(
         (
             f
@@ -251,13 +251,7 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
     assigns a variable in ``variables``: the hook records the computed value and hands the next
     statements onnxruntime's. The inserted statements carry their statement's line number."""
     tree = ast.parse(source)
-    construct = next(
-        f
-        for c in tree.body
-        if isinstance(c, ast.ClassDef)
-        for f in c.body
-        if isinstance(f, ast.FunctionDef) and f.name == "construct"
-    )
+    construct = _construct(tree)
     body = []
     for st in construct.body:
         body.append(st)

@@ -13,7 +13,8 @@ Categories:
   no generated code to localise in (export: onnxruntime against PyTorch);
 * ``crash``: a stage after export raised, or the worker process died; the blocker is the stage and
   the exception type or signal;
-* ``timeout`` / ``oom``: the launcher killed the worker; the blocker is the stage that was running.
+* ``timeout`` / ``oom``: the launcher killed the worker, or a stage ran out of memory (``MemoryError``,
+  MindSpore refusing a checkpoint larger than the memory available); the blocker is the stage.
 
 The worker classifies what it caught (``from_exception``, ``from_check``); the launcher classifies
 how the process ended (``from_exit``). ``blocker_table`` groups the blockers of a zoo's rows.
@@ -78,13 +79,26 @@ def from_exception(err: BaseException, stage: str | None) -> Failure:
     if stage in (None, "export"):
         return Failure("export", [export_kind(getattr(err, "message", None) or f"{type(err).__name__}: {err}")])
     cause = err.__cause__ if err.__cause__ is not None else err  # StageFailed wraps the real exception
+    if isinstance(cause, MemoryError) or _OUT_OF_MEMORY.search(str(cause)):
+        return Failure("oom", [f"oom in {stage}: {type(cause).__name__}"])
     return Failure("crash", [f"{stage}: {type(cause).__name__}"])
+
+
+# Out of memory without the launcher's kill: MindSpore checks the memory available before it reads a
+# checkpoint ("... exceeds current available memory 216551424 bytes"), e.g. alexnet's 244 MB while
+# other jobs held the machine's memory.
+_OUT_OF_MEMORY = re.compile(r"exceeds current available memory|out of memory|std::bad_alloc", re.I)
 
 
 def from_check(stage: str, record: dict | None, stage_dir: Path) -> Failure:
     """A stage's outputs left the tolerance: its first diverging op from diff.json, when localised."""
     diff = read_json(stage_dir / "diff.json")
     first = (diff or {}).get("first") or {}
+    wrong = (diff or {}).get("wrong") or {}
+    if wrong.get("op"):  # the replay: wrong on onnxruntime's own inputs
+        return Failure("numeric", [f"wrong node: {wrong['op']}"])
+    if (diff or {}).get("accumulated"):
+        return Failure("numeric", [f"{stage}: accumulated rounding past noise_factor x the bound, no node wrong"])
     if first.get("op"):
         return Failure("numeric", [f"first diverging op: {first['op']}"])
     violations = " ".join((record or {}).get("violations") or [])
