@@ -351,10 +351,9 @@ def localize(
     tolerance: Tolerance,
     stage: str,
     display_dir: Path | None = None,
-    local: bool = True,
 ) -> DiffReport:
-    """Compare every tensor of the stage's generated code with onnxruntime; find the culprit; with
-    ``local``, replay every statement on onnxruntime's inputs too (see the module's docstring)."""
+    """Compare every tensor of the stage's generated code with onnxruntime; find the culprit; and
+    replay every statement on onnxruntime's inputs for its local error (see the module's docstring)."""
     import onnx
 
     from torch2ms import msutil
@@ -389,10 +388,10 @@ def localize(
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    replay = _Replay(ms, {e["var"]: e["tensor"] for e in compared}) if local else None
+    replay = _Replay(ms, {e["var"]: e["tensor"] for e in compared})
     try:
         cell = load_probe(stage_dir, variables, stage)
-        replaying = load_probe(stage_dir, variables, stage, replay) if replay else None
+        replaying = load_probe(stage_dir, variables, stage, replay)
         acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         for sample in samples:
@@ -404,12 +403,11 @@ def localize(
                 acc[e["tensor"]].add(
                     value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]]
                 )
-            if replaying is not None:
-                replay.reference, replay.computed = reference, {}
-                replaying(*[ms.Tensor(v) for v in sample.values()])
-                for e in compared:
-                    if e["var"] in replay.computed:
-                        local_acc[e["tensor"]].add(replay.computed[e["var"]], reference[e["tensor"]])
+            replay.reference, replay.computed = reference, {}
+            replaying(*[ms.Tensor(v) for v in sample.values()])
+            for e in compared:
+                if e["var"] in replay.computed:
+                    local_acc[e["tensor"]].add(replay.computed[e["var"]], reference[e["tensor"]])
     finally:
         ms.set_context(mode=mode)
     local_tol = Tolerance(LOCAL_SHARE * tol.rel_error, 1.0 - LOCAL_SHARE * (1.0 - tol.cosine), 0.0)
@@ -431,7 +429,7 @@ def localize(
         )
         t.problem = a.problem or "; ".join(tol.violations(m))
         la = local_acc[e["tensor"]]
-        if replay is not None and la.count and not la.problem:
+        if la.count and not la.problem:
             t.local = la.metrics()
             t.local_problem = "; ".join(local_tol.violations(t.local))
         tensors.append(t)
@@ -449,7 +447,7 @@ def localize(
         first,
         not_compared=not_compared,
         graph_inputs=graph_inputs,
-        replayed=replay is not None,
+        replayed=True,
     )
     if first is not None:
         report.code = source.splitlines()[first.line - 1]

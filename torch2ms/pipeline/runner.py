@@ -323,7 +323,6 @@ class Runner:
         return {
             "bounds": {name: {**w, "by": by} for name, w in wide.items()},
             "floor": {m.name: [m.rel_error, m.cosine] for m in metrics},
-            "summary": diff.summary(),
         }
 
     def _task_check(self, outputs, reference, floor: float | None, source: str | None):
