@@ -18,6 +18,7 @@ outputs by ``max|a - r| / max|r|``, integer and bool outputs exactly, shapes and
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from converters import exact
 from onnx import helper, numpy_helper
 
 from torch2ms import msutil
@@ -110,8 +112,46 @@ def make_model(
 
 
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs; for a model with integer-accumulating ops, the exact evaluation of
+    ``exact.py`` instead, checked against onnxruntime (see ``reference``)."""
+    if exact.has_integer_ops(model):
+        return reference(model, feeds)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The oracle for a model with MatMulInteger / ConvInteger / QLinearMatMul / QLinearConv: integer
+    nodes in int64 numpy, the rest in onnxruntime (``exact.evaluate``), compared with a whole-graph
+    onnxruntime run without graph optimizations. They must agree to the bit, except where this CPU's
+    onnxruntime saturates (``exact.onnxruntime_saturates``: no VNNI) and a node multiplies uint8 by
+    int8: then the exact result is the reference and a warning says how far onnxruntime was off."""
+    mixed: list[str] = []
+    expected = exact.evaluate(model, feeds, mixed)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    wrong = sum(int((np.asarray(g) != e).sum()) for g, e in zip(got, expected))
+    if wrong:
+        saturates, note = _saturation()
+        assert saturates and mixed, (
+            f"onnxruntime and the exact integer evaluation differ in {wrong} values, on a CPU whose kernels "
+            f"do not saturate or without a uint8 x int8 node: the oracle's semantics are wrong ({note})"
+        )
+        warnings.warn(
+            f"exact integer oracle used for {', '.join(mixed)}: onnxruntime differs in {wrong} values ({note})",
+            stacklevel=2,
+        )
+    return expected
+
+
+_SATURATION: list[tuple[bool, str]] = []
+
+
+def _saturation() -> tuple[bool, str]:
+    if not _SATURATION:
+        _SATURATION.append(exact.onnxruntime_saturates())
+    return _SATURATION[0]
 
 
 def load(model: onnx.ModelProto, feeds: dict[str, np.ndarray], passes=()):
