@@ -85,11 +85,11 @@ def test_training_is_deterministic(trained, tmp_path):
 def stage_predictions(root, x: np.ndarray) -> dict[str, np.ndarray]:
     """Class indices (argmax over axis 1) from each stage's own artifact on ``x``."""
     from torch2ms import msutil
-    from torch2ms.stages.export import run_onnxruntime
+    from torch2ms.graph.onnxrt import run_reference
 
     ms = msutil.mindspore()
     sample = [{"input": x}]
-    out = {"export": run_onnxruntime(root / "export" / "model.onnx", sample, ["output"])[0]["output"]}
+    out = {"export": run_reference(root / "export" / "model.onnx", (), sample, ["output"])[0][0]["output"]}
     try:
         ms.set_context(mode=ms.PYNATIVE_MODE)
         for stage in ("rebuild", "fold"):

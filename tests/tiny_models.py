@@ -89,3 +89,41 @@ class Fp16Fragile(nn.Module):
 
 def fp16_fragile(classes: int = 5, kind: str = "cancel") -> nn.Module:
     return Fp16Fragile(classes, kind)
+
+
+class FakeQuantNet(nn.Module):
+    """A quantization-aware model as PyTorch runs it: uint8 activations and per-channel int8 weights
+    fake-quantized around two convolutions and a linear head, with constant scales (buffers). It
+    exports as QDQ, which onnxruntime's default optimizations fuse into uint8 x int8 QLinearConv /
+    QGemm kernels (saturating without VNNI)."""
+
+    def __init__(self, width: int = 64, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.fc = nn.Linear(width, classes)
+        for name in ("conv1", "conv2", "fc"):
+            w = getattr(self, name).weight.detach()
+            scale = (w.abs().amax(dim=tuple(range(1, w.dim()))) / 127).clamp_min(1e-8)
+            self.register_buffer(f"{name}_scale", scale.float())
+            self.register_buffer(f"{name}_zero", torch.zeros(w.shape[0], dtype=torch.int32))
+
+    @staticmethod
+    def _activation(x):
+        return torch.fake_quantize_per_tensor_affine(x, 0.05, 128, 0, 255)
+
+    def _weight(self, name):
+        w = getattr(self, name).weight
+        return torch.fake_quantize_per_channel_affine(
+            w, getattr(self, f"{name}_scale"), getattr(self, f"{name}_zero"), 0, -128, 127
+        )
+
+    def forward(self, x):
+        x = self._activation(x)
+        x = self._activation(F.relu(F.conv2d(x, self._weight("conv1"), self.conv1.bias, 1, 1)))
+        x = self._activation(F.relu(F.conv2d(x, self._weight("conv2"), self.conv2.bias, 1, 1)))
+        return F.linear(x.mean((2, 3)), self._weight("fc"), self.fc.bias)
+
+
+def fake_quant_net(width: int = 64, classes: int = 10) -> nn.Module:
+    return FakeQuantNet(width, classes)

@@ -35,6 +35,7 @@ import numpy as np
 
 from torch2ms.errors import ModelError, RecipeError
 from torch2ms.graph.load import SUPPORTED_OPSETS, model_opset
+from torch2ms.graph.onnxrt import run_reference
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz, sha256_file
 
@@ -206,18 +207,19 @@ class ExportStage(Stage):
         )
         ctx.cache["reference"] = (samples, outputs)
         ctx.cache["batch_reference"] = {n: (extra_in[n], extra_out[n]) for n in sorted(extra_in)}
-        ort_out = run_onnxruntime(onnx_path, samples, names)
-        ort_batches = {n: o for n, o in zip(extra_in, run_onnxruntime(onnx_path, list(extra_in.values()), names))}
         model_proto = onnx.load(str(onnx_path), load_external_data=False)
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        ort_out, ort_policy = run_reference(onnx_path, ops, samples, names)
+        ort_batches = {n: o for n, o in zip(extra_in, run_reference(onnx_path, ops, list(extra_in.values()), names)[0])}
         counts = {
             "onnx_nodes": len(model_proto.graph.node),
             "batchnorm_nodes": ops.get("BatchNormalization", 0),
             "onnx_ops": dict(sorted(ops.items())),
         }
         extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **reached}
+        extra["onnxruntime"] = ort_policy  # the reference is PyTorch; how onnxruntime ran to be checked against it
         # the dynamo exporter may keep opset 18 when asked for a lower one: the model says which
         extra["export_path"] = {"exporter": produced.exporter, "opset": model_opset(model_proto)}
         if failed:
@@ -605,16 +607,3 @@ def _strip_wrapper_names(path: Path) -> None:
         from torch2ms.pipeline.workspace import atomic_write_bytes
 
         atomic_write_bytes(path, m.SerializeToString())
-
-
-def run_onnxruntime(path: Path, samples, names) -> list[dict[str, np.ndarray]]:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    results = []
-    for s in samples:
-        res = sess.run(names, s)
-        results.append(dict(zip(names, res)))
-    return results
