@@ -364,9 +364,10 @@ class Runner:
         return result, None
 
     def _localize(self, stage: str, out: Path):
-        """After a failed rebuild/fold check: the first node of the generated code that leaves
-        onnxruntime, written as diff.json/diff.md beside it. A diagnosis only: if it fails, that
-        is logged and the stage's own failure is reported as it is."""
+        """After a failed rebuild/fold check, or one that needs evidence past check.ceiling: the
+        first node of the generated code that leaves onnxruntime and the replay's local errors,
+        written as diff.json/diff.md beside it. If it fails, that is logged and the stage's own
+        verdict stands (failed, or not checkable for want of evidence)."""
         try:
             from torch2ms.divergence import localize, write_diff
 
