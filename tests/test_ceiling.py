@@ -100,3 +100,21 @@ def test_a_fault_inside_the_widened_bound_fails(ill_run, tmp_path, monkeypatch, 
     assert recipe.check.ceiling < worst["rel_error"] <= bound["rel_error"] and worst["cosine"] >= bound["cosine"]
     assert record["evidence"]["by"] == "wrong" and record["evidence"]["node"] == TARGET
     assert f"'{TARGET}'" in rebuild.reason
+
+
+def test_a_not_checkable_verdict_is_kept_and_compile_replays_what_fold_did_not_record(ill_run, tmp_path):
+    """A re-run keeps the export's verdict without exporting again; compile, without fold's recorded
+    replay, replays fold's network.py itself."""
+    recipe, result = ill_run
+    root = tmp_path / "runs"
+    shutil.copytree(result.root, root / recipe.name, ignore=shutil.ignore_patterns(".lock"))
+    fold = root / recipe.name / "fold" / "stage.json"
+    record = json.loads(fold.read_text())
+    del record["evidence"]
+    fold.write_text(json.dumps(record))
+    rerun = Runner(recipe, out_root=root, log=lambda m: None).run(until="compile", from_stage="compile")
+    assert [s.status for s in rerun.stages[:4]] == ["not checkable", "up to date", "up to date", "passed"]
+    assert "check.ceiling" in rerun.stages[0].reason and not rerun.passed
+    assert _record(rerun, "export")["seconds"] == _record(result, "export")["seconds"]  # not exported again
+    ev = _record(rerun, "compile")["evidence"]
+    assert ev["by"] == "replay" and ev["stage"] == "fold" and ev["max_local_error"] <= ev["local_bound"]

@@ -167,12 +167,16 @@ class Runner:
                 fp = _fingerprint(fp_payload)
                 forced = force or (from_stage is not None and i >= self.names.index(from_stage))
                 record = self.run_dir.read_record(stage.name)
-                if not forced and record and record.get("status") == "passed" and record.get("fingerprint") == fp:
+                settled = record and record.get("status") in ("passed", proof.NOT_CHECKABLE)
+                if not forced and settled and record.get("fingerprint") == fp:
                     changed = self.run_dir.changed_artifacts(stage.name, record)
-                    if not changed:
+                    if not changed:  # a not checkable verdict stays one: the same inputs decide the same
                         self._note_floor(stage, record)
-                        result.stages.append(StageResult(stage.name, "up to date", record, declared=stage))
-                        self.on_stage(stage.name, "up to date")
+                        cached, why = "up to date", ""
+                        if record["status"] == proof.NOT_CHECKABLE:
+                            cached, why = proof.NOT_CHECKABLE, proof.reason(record["evidence"])
+                        result.stages.append(StageResult(stage.name, cached, record, why, declared=stage))
+                        self.on_stage(stage.name, cached)
                         prev_fp = fp
                         done.append(stage.name)
                         continue
