@@ -11,14 +11,14 @@ positive evidence that every node is right, recorded in ``stage.json`` ``evidenc
 - compile, mindir: they run the network.py of an earlier stage in another mode. Evidence is that
   code's replay plus the stage's outputs within the recipe's bound of the same code in PyNative.
 - export: none. Its check is onnxruntime against PyTorch: there is no generated code to replay, an
-  ONNX node has no PyTorch statement to recompute, and onnxruntime's CPU kernels take no float64
-  for most ops (Conv), so no float64 run either. Later stages' replay proves the converter's nodes
+  ONNX node has no PyTorch statement to recompute, and onnxruntime's CPU Conv has no float64
+  kernel ("Could not find an implementation for Conv(11)"), so no float64 run either. Later stages' replay proves the converter's nodes
   against onnxruntime, not onnxruntime against PyTorch, so they cannot vouch for it.
 
 Without evidence (``by: none``) the stage is ``not checkable`` at these inputs: the run goes on
 (its artifacts are sound, only the check cannot decide) but does not pass. A float64 run of the
-generated network against float64 PyTorch is not tried: MindSpore's CPU kernels for Conv2D and
-most fused ops take float32 only.
+generated network against float64 PyTorch is not tried: MindSpore 2.x's CPU Conv2D refuses
+float64 (it takes float16/32, bfloat16 and integers), so no convolutional network runs in float64.
 """
 
 from __future__ import annotations

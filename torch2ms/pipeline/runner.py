@@ -293,7 +293,8 @@ class Runner:
         if beyond:
             evidence = self._evidence(stage, beyond, diff, produced.outputs)
             if evidence["by"] == "wrong":
-                violations.append(f"{'; '.join(beyond)}, and diff's replay finds a node wrong")
+                named = "diff's replay finds a node wrong" if diff.first is not None else diff.local_summary()
+                violations.append(f"{'; '.join(beyond)}, and {named}")
         status = "failed" if violations else proof.NOT_CHECKABLE if evidence and evidence["by"] == "none" else "passed"
         reason = "; ".join(violations) or (proof.reason(evidence) if status == proof.NOT_CHECKABLE else "")
         if diff is not None and diff.first is not None and violations:
