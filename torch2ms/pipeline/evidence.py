@@ -12,8 +12,9 @@ positive evidence that every node is right, recorded in ``stage.json`` ``evidenc
   code's replay plus the stage's outputs within the recipe's bound of the same code in PyNative.
 - export: none. Its check is onnxruntime against PyTorch: there is no generated code to replay, an
   ONNX node has no PyTorch statement to recompute, and onnxruntime's CPU Conv has no float64
-  kernel ("Could not find an implementation for Conv(11)"), so no float64 run either. Later stages' replay proves the converter's nodes
-  against onnxruntime, not onnxruntime against PyTorch, so they cannot vouch for it.
+  kernel ("Could not find an implementation for Conv(11)"), so no float64 run either. Later
+  stages' replay proves the converter's nodes against onnxruntime, not onnxruntime against
+  PyTorch, so they cannot vouch for it.
 
 Without evidence (``by: none``) the stage is ``not checkable`` at these inputs: the run goes on
 (its artifacts are sound, only the check cannot decide) but does not pass. A float64 run of the
