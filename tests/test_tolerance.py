@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from torch2ms.bounds import ceiling, widen, widen_agreement
 from torch2ms.compare import OutputMetrics, Tolerance
 from torch2ms.model_loader import calibrate_norm, randomize_norm
 from torch2ms.stages.export import activation_range
@@ -30,6 +31,30 @@ def test_a_sensitive_network_is_judged_against_its_noise_floor():
     # another output keeps the recipe's bound; noise_factor 0 turns the rule off
     assert tol.bound("other")["by"] == "recipe"
     assert Tolerance(1e-4, 0.99999, noise_factor=0, floor={"out": (2e-3, 0.9)}).bound("out")["by"] == "recipe"
+
+
+def test_widening_multiplies_the_distance_from_exact_agreement():
+    rel, cos = widen(2e-4, 0.99998, 10)
+    assert abs(rel - 2e-3) < 1e-15 and abs(cos - 0.9998) < 1e-12
+    assert widen(1e-4, 0.99999, 0.1)[0] == 1e-5  # diff's local bound: a tenth of the tolerance
+    assert abs(widen_agreement(0.998, 10) - 0.98) < 1e-12 and widen_agreement(0.5, 10) == 0.0
+
+
+def test_the_ceiling_is_check_ceiling_and_never_below_the_recipes_bound():
+    from torch2ms.recipe import CheckSpec
+
+    rel, cos = ceiling(CheckSpec())
+    assert rel == 1e-3 and abs(cos - 0.9999) < 1e-12  # the cosine widened by the same factor (10)
+    assert ceiling(CheckSpec(rel_error=1e-2, cosine=0.999)) == (1e-2, 0.999)  # a loose recipe bound stays
+
+
+def test_beyond_the_ceiling_is_asked_for_only_where_the_widened_bound_admitted_it():
+    tol = Tolerance(1e-4, 0.99999, noise_factor=10, floor={"out": (5e-2, 0.9999)}, ceiling=(1e-3, 0.9999))
+    assert tol.violations(metrics(2e-2)) == []  # the widened bound (0.5) alone would pass a 2% error
+    assert tol.beyond_ceiling(metrics(2e-2)) == ["relative error 0.02 > check.ceiling 0.001"]
+    assert tol.beyond_ceiling(metrics(5e-4)) == []  # within the ceiling: no evidence needed
+    assert tol.beyond_ceiling(metrics(0.9)) == []  # out of the bound: failed, not a question of evidence
+    assert Tolerance(1e-4, 0.99999, noise_factor=10, floor={"out": (5e-2, 0.9999)}).beyond_ceiling(metrics(2e-2)) == []
 
 
 def _reached(model) -> float:

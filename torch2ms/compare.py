@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from torch2ms.bounds import widen
+
 
 @dataclass(frozen=True)
 class OutputMetrics:
@@ -41,6 +43,9 @@ class Tolerance:
     the recipe's bound applies and a real bug (a wrong padding, epsilon, weight or sign in one
     layer) still fails; an ill-conditioned one (outputs through saturated sigmoids, activations
     of 1e4) is judged against what float32 can do for it. ``bound()`` says which bound applied.
+
+    ``ceiling`` (``bounds.ceiling``): an output within a widened bound but beyond it passes only
+    with evidence that every node is right (``beyond_ceiling``, ``pipeline.evidence``).
     """
 
     rel_error: float = 1e-4
@@ -49,14 +54,14 @@ class Tolerance:
     noise_factor: float = 0.0
     floor: dict[str, tuple[float, float]] | None = None  # output -> (rel_error, cosine) of onnxruntime
     floor_source: str = "onnxruntime's distance from PyTorch"
+    ceiling: tuple[float, float] | None = None  # (rel_error, cosine) past which evidence is needed
 
     def bound(self, name: str) -> dict:
         """The relative-error and cosine bounds for output ``name`` and which rule set them."""
         rel, cos, by = self.rel_error, self.cosine, "recipe"
         floor = (self.floor or {}).get(name)
         if floor and self.noise_factor > 0 and all(math.isfinite(v) for v in floor):
-            noisy_rel = self.noise_factor * floor[0]
-            noisy_cos = 1.0 - self.noise_factor * (1.0 - floor[1])
+            noisy_rel, noisy_cos = widen(floor[0], floor[1], self.noise_factor)
             if noisy_rel > rel or noisy_cos < cos:
                 rel, cos = max(rel, noisy_rel), min(cos, noisy_cos)
                 by = f"{self.noise_factor:g}x {self.floor_source}"
@@ -74,6 +79,18 @@ class Tolerance:
             out.append(f"cosine {m.cosine:.7f} < {b['cosine']:.7g}{why}")
         if m.argmax_agreement is not None and m.argmax_agreement < self.argmax_agreement:
             out.append(f"argmax agreement {m.argmax_agreement:.4f} < {self.argmax_agreement}")
+        return out
+
+    def beyond_ceiling(self, m: OutputMetrics) -> list[str]:
+        """What of ``m``, within its bound, lies beyond the ceiling (needs per-node evidence)."""
+        if self.ceiling is None or m.nonfinite or self.violations(m):
+            return []
+        rel, cos = self.ceiling
+        out = []
+        if m.rel_error > rel:
+            out.append(f"relative error {m.rel_error:.3g} > check.ceiling {rel:.3g}")
+        if m.cosine < cos:
+            out.append(f"cosine {m.cosine:.7f} < {cos:.7g} (check.ceiling)")
         return out
 
 

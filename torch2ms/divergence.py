@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.bounds import widen
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
 
@@ -119,6 +120,11 @@ class DiffReport:
     replayed: bool = False  # the replay ran (local errors known)
 
     @property
+    def local_bound(self) -> float:
+        """The relative error past which a statement's local error makes it wrong."""
+        return widen(self.tolerance.rel_error, self.tolerance.cosine, LOCAL_SHARE)[0]
+
+    @property
     def wrong(self) -> TensorDiff | None:
         """The first node that is wrong on onnxruntime's own inputs (None if none, or no replay)."""
         return next((t for t in self.tensors if t.local_problem), None)
@@ -138,7 +144,7 @@ class DiffReport:
         if not self.replayed:
             return ""
         w, worst = self.wrong, self.worst_local
-        bound = LOCAL_SHARE * self.tolerance.rel_error
+        bound = self.local_bound
         if w is not None:
             return (
                 f"on onnxruntime's own inputs {w.op} {w.node!r} at {self.code_file}:{w.line} is wrong: "
@@ -189,7 +195,7 @@ class DiffReport:
             "first": first,
             "wrong": self.wrong.to_dict() if self.wrong else None,
             "accumulated": self.accumulated,
-            "local_bound": LOCAL_SHARE * self.tolerance.rel_error if self.replayed else None,
+            "local_bound": self.local_bound if self.replayed else None,
             "summary": self.summary(),
             "not_compared": self.not_compared,
             "tensors": [t.to_dict() for t in self.tensors],
@@ -410,7 +416,7 @@ def localize(
                     local_acc[e["tensor"]].add(replay.computed[e["var"]], reference[e["tensor"]])
     finally:
         ms.set_context(mode=mode)
-    local_tol = Tolerance(LOCAL_SHARE * tol.rel_error, 1.0 - LOCAL_SHARE * (1.0 - tol.cosine), 0.0)
+    local_tol = Tolerance(*widen(tol.rel_error, tol.cosine, LOCAL_SHARE), 0.0)
 
     lines = statement_lines(source)  # from the code itself: older tensor maps counted the header as one line
     tensors = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NOT_CHECKABLE = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -54,6 +55,12 @@ class CheckFailed(Torch2msError):
     """A stage's outputs left the tolerance against the PyTorch reference."""
 
     exit_code = EXIT_CHECK_FAILED
+
+
+class NotCheckable(Torch2msError):
+    """A stage passed only on a bound past ``check.ceiling`` without evidence that every node is right."""
+
+    exit_code = EXIT_NOT_CHECKABLE
 
 
 class StageFailed(Torch2msError):

@@ -134,6 +134,12 @@ class CheckSpec(_Strict):
         description="a stage also passes within this many times onnxruntime's own distance from PyTorch "
         "(the network's float32 noise floor, measured at export) when that is looser; 0: the recipe's bound only",
     )
+    ceiling: float = Field(
+        default=1e-3,
+        gt=0,
+        description="the widest relative error a widened bound (noise_factor) passes without evidence that every "
+        "node is right (diff's replay); beyond it a stage without that evidence is 'not checkable'",
+    )
     task_agreement: float | None = Field(
         default=None, ge=0, le=1, description="minimum task agreement with PyTorch (default: the task's own gate)"
     )

@@ -47,6 +47,12 @@ def _notes(stage, rec: dict | None) -> str:
         return ""
     if rec.get("status") == "failed":
         return "; ".join(rec.get("violations", []))[:120]
+    ev = rec.get("evidence") or {}
+    if rec.get("status") == "not checkable":
+        return f"not checkable: {ev.get('needed', [''])[0]}, no per-node evidence ({ev.get('why', '')})"[:160]
+    if ev.get("by") == "replay":
+        proof = f"replay: every node within {ev['local_bound']:g} (worst {ev['max_local_error']:.2g}, {ev['node']})"
+        return "; ".join(n for n in (stage.notes(rec) if stage is not None else "", proof) if n)
     return stage.notes(rec) if stage is not None else ""
 
 

@@ -20,8 +20,10 @@ from importlib import metadata
 from pathlib import Path
 
 from torch2ms import __version__
+from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
-from torch2ms.errors import CheckFailed, StageFailed, Torch2msError
+from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
+from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.stage import Stage
 from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
@@ -72,7 +74,7 @@ def all_stages() -> list[Stage]:
 @dataclass
 class StageResult:
     stage: str
-    status: str  # passed | failed | skipped (up to date) | disabled | not run
+    status: str  # passed | failed | not checkable | up to date | disabled | not run
     record: dict | None = None
     reason: str = ""
     declared: Stage | None = field(default=None, repr=False)  # the stage object, for its notes
@@ -165,12 +167,16 @@ class Runner:
                 fp = _fingerprint(fp_payload)
                 forced = force or (from_stage is not None and i >= self.names.index(from_stage))
                 record = self.run_dir.read_record(stage.name)
-                if not forced and record and record.get("status") == "passed" and record.get("fingerprint") == fp:
+                settled = record and record.get("status") in ("passed", proof.NOT_CHECKABLE)
+                if not forced and settled and record.get("fingerprint") == fp:
                     changed = self.run_dir.changed_artifacts(stage.name, record)
-                    if not changed:
+                    if not changed:  # a not checkable verdict stays one: the same inputs decide the same
                         self._note_floor(stage, record)
-                        result.stages.append(StageResult(stage.name, "up to date", record, declared=stage))
-                        self.on_stage(stage.name, "up to date")
+                        cached, why = "up to date", ""
+                        if record["status"] == proof.NOT_CHECKABLE:
+                            cached, why = proof.NOT_CHECKABLE, proof.reason(record["evidence"])
+                        result.stages.append(StageResult(stage.name, cached, record, why, declared=stage))
+                        self.on_stage(stage.name, cached)
                         prev_fp = fp
                         done.append(stage.name)
                         continue
@@ -182,7 +188,7 @@ class Runner:
                 self.on_stage(stage.name, res.status)
                 prev_fp = fp
                 done.append(stage.name)
-                if res.status != "passed":
+                if res.status not in ("passed", proof.NOT_CHECKABLE):  # not checkable: its artifacts are sound
                     stop = True
         finally:
             self.run_dir.unlock()
@@ -232,6 +238,7 @@ class Runner:
         task_result = None
         bounds = {}
         tensor_violations: list[str] = []
+        beyond: list[str] = []  # within a widened bound, beyond check.ceiling: needs evidence
         batch_metrics: dict[int, list[OutputMetrics]] = {}
         if produced.outputs is not None:
             _, ref_out = self.ctx.reference()
@@ -248,11 +255,14 @@ class Runner:
             source = "float32 PyTorch's distance from float64" if stage.noise_floor else None
             if not stage.noise_floor and not stage.localize and self.replay_floor:
                 floor, source = self.replay_floor, self.replay_source
-            tol = Tolerance(check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor)
+            tol = Tolerance(
+                check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor, ceiling=ceiling(check)
+            )
             if source:
                 tol = dataclasses.replace(tol, floor_source=source)
             for m in metrics:
                 tensor_violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
+                beyond += [f"output {m.name!r}: {v}" for v in tol.beyond_ceiling(m)]
             violations += tensor_violations
             bounds = {m.name: tol.bound(m.name) for m in metrics}
             if stage.noise_floor:
@@ -270,15 +280,23 @@ class Runner:
                 batch_metrics[size] = compare_outputs([outs], [ref])
                 for m in batch_metrics[size]:
                     violations += [f"at batch {size}, output {m.name!r}: {v}" for v in tol.violations(m)]
-        diff = self._localize(stage.name, out) if violations and stage.localize else None
-        accumulated = None
-        if diff is not None and violations == tensor_violations:
+                    beyond += [f"at batch {size}, output {m.name!r}: {v}" for v in tol.beyond_ceiling(m)]
+        beyond = [] if violations else beyond
+        diff = self._localize(stage.name, out) if (violations or beyond) and stage.localize else None
+        accumulated = evidence = None
+        if diff is not None and violations and violations == tensor_violations:
             accumulated = self._accept_accumulated(diff, metrics, bounds)
             if accumulated:
                 violations = []
                 bounds = accumulated["bounds"]
-        status = "failed" if violations else "passed"
-        reason = "; ".join(violations)
+                evidence = proof.from_replay(diff, stage.name, ["accumulated rounding past the bound"])
+        if beyond:
+            evidence = self._evidence(stage, beyond, diff, produced.outputs)
+            if evidence["by"] == "wrong":
+                named = "diff's replay finds a node wrong" if diff.first is not None else diff.local_summary()
+                violations.append(f"{'; '.join(beyond)}, and {named}")
+        status = "failed" if violations else proof.NOT_CHECKABLE if evidence and evidence["by"] == "none" else "passed"
+        reason = "; ".join(violations) or (proof.reason(evidence) if status == proof.NOT_CHECKABLE else "")
         if diff is not None and diff.first is not None and violations:
             reason += f"; {diff.summary()}"
         w = worst(metrics) if metrics else None
@@ -297,6 +315,7 @@ class Runner:
             "violations": violations,
             "diff": diff.summary() if diff is not None else None,
             **({"accumulated": accumulated} if accumulated else {}),
+            **({"evidence": evidence} if evidence else {}),
             "counts": produced.counts,
             "extra": produced.extra,
             "cpu": cpu_choice().to_dict() if cpu_choice() else None,
@@ -314,7 +333,7 @@ class Runner:
         if not diff.accumulated or k <= 0 or any(m.nonfinite for m in metrics):
             return None
         wide = {
-            name: {"rel_error": k * b["rel_error"], "cosine": 1.0 - k * (1.0 - b["cosine"])}
+            name: dict(zip(("rel_error", "cosine"), widen(b["rel_error"], b["cosine"], k)))
             for name, b in bounds.items()
         }
         if any(m.rel_error > wide[m.name]["rel_error"] or m.cosine < wide[m.name]["cosine"] for m in metrics):
@@ -324,6 +343,14 @@ class Runner:
             "bounds": {name: {**w, "by": by} for name, w in wide.items()},
             "floor": {m.name: [m.rel_error, m.cosine] for m in metrics},
         }
+
+    def _evidence(self, stage: Stage, beyond: list[str], diff, outputs) -> dict:
+        """Whether every node is right, for outputs beyond check.ceiling (``pipeline.evidence``)."""
+        if stage.localize:
+            return proof.for_localized(diff, stage.name, beyond)
+        if stage.noise_floor:
+            return proof.none(beyond, "the export stage's check, onnxruntime against PyTorch, has no code to replay")
+        return proof.for_compiled(self.ctx, stage, beyond, outputs)
 
     def _task_check(self, outputs, reference, floor: float | None, source: str | None):
         """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if
@@ -342,9 +369,10 @@ class Runner:
         return result, None
 
     def _localize(self, stage: str, out: Path):
-        """After a failed rebuild/fold check: the first node of the generated code that leaves
-        onnxruntime, written as diff.json/diff.md beside it. A diagnosis only: if it fails, that
-        is logged and the stage's own failure is reported as it is."""
+        """After a failed rebuild/fold check, or one that needs evidence past check.ceiling: the
+        first node of the generated code that leaves onnxruntime and the replay's local errors,
+        written as diff.json/diff.md beside it. If it fails, that is logged and the stage's own
+        verdict stands (failed, or not checkable for want of evidence)."""
         try:
             from torch2ms.divergence import localize, write_diff
 
@@ -377,6 +405,12 @@ def raise_for(result: RunResult) -> None:
             f" ({failed.reason}); no conversion can be checked against it",
             hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data)"
             " so that PyTorch gives finite outputs",
+        )
+    unsure = next((s for s in result.stages if s.status == proof.NOT_CHECKABLE), None)
+    if failed is None and unsure is not None:
+        raise NotCheckable(
+            f"stage {unsure.stage!r}: the model is not checkable at these inputs: {unsure.reason}",
+            hint=f"stage.json in {result.root / unsure.stage} records the evidence sought ('evidence')",
         )
     if failed is not None:
         where = result.root / failed.stage

@@ -88,10 +88,12 @@ def bound(recipe, t: Task, floor: float | None = None, source: str = "") -> dict
     PyTorch keep different boxes for 1 of ~600 detections (scores within 1e-6 of each other
     under NMS), so no float32 implementation can match PyTorch box for box there. A real bug
     moves far more than ``noise_factor`` times that, and the tensor bound still applies."""
+    from torch2ms.bounds import widen_agreement
+
     need, by = gate(recipe, t), "recipe"
     factor = float(getattr(recipe.check, "noise_factor", 0.0) or 0.0)
     if floor is not None and factor > 0 and 0.0 <= floor < 1.0:
-        noisy = max(0.0, 1.0 - factor * (1.0 - floor))
+        noisy = widen_agreement(floor, factor)
         if noisy < need:
             need, by = noisy, f"{factor:g}x {source} ({floor:.4f})"
     return {"agreement": need, "by": by}

@@ -11,6 +11,8 @@ Categories:
 * ``numeric``: a stage ran but its outputs left the tolerance against PyTorch; the blocker is the
   first diverging op that ``diff`` named (``first diverging op: Resize``), or the stage when there is
   no generated code to localise in (export: onnxruntime against PyTorch);
+* ``not-checkable``: a stage's outputs lie beyond ``check.ceiling`` within a widened bound and no
+  evidence says every node is right (``pipeline.evidence``); the blocker is the stage;
 * ``crash``: a stage after export raised, or the worker process died; the blocker is the stage and
   the exception type or signal;
 * ``timeout`` / ``oom``: the launcher killed the worker, or a stage ran out of memory (``MemoryError``,
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from torch2ms.zoo.files import read_json
 
-CATEGORIES = ("unsupported-op", "export", "numeric", "crash", "timeout", "oom")
+CATEGORIES = ("unsupported-op", "export", "numeric", "not-checkable", "crash", "timeout", "oom")
 
 
 @dataclass
@@ -109,6 +111,11 @@ def from_check(stage: str, record: dict | None, stage_dir: Path) -> Failure:
     if diff is not None:
         return Failure("numeric", [f"{stage}: out of tolerance, every tensor within tolerance of onnxruntime"])
     return Failure("numeric", [f"{stage}: out of tolerance (not localised)"])
+
+
+def not_checkable(stage: str) -> Failure:
+    """A stage passed only on a bound past check.ceiling, without per-node evidence."""
+    return Failure("not-checkable", [f"{stage}: beyond check.ceiling, no per-node evidence"])
 
 
 def from_exit(status: str, stage: str | None, how: str = "") -> Failure:

@@ -48,12 +48,13 @@ def main(job_path: str) -> int:
     os.environ.setdefault("GLOG_v", "3")
 
     from torch2ms.errors import Torch2msError
+    from torch2ms.pipeline.evidence import NOT_CHECKABLE
     from torch2ms.pipeline.report import write_reports
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
     from torch2ms.stages import stage_names
     from torch2ms.zoo.disk import prune
-    from torch2ms.zoo.failures import from_check, from_exception
+    from torch2ms.zoo.failures import from_check, from_exception, not_checkable
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
@@ -107,6 +108,10 @@ def main(job_path: str) -> int:
     failed = result.failed_stage
     reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
     failure = from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
+    unsure = next((s for s in result.stages if s.status == NOT_CHECKABLE), None)
+    if failed is None and unsure is not None:
+        reason = f"stage {unsure.stage!r} is not checkable at these inputs: {unsure.reason}"
+        failure = not_checkable(unsure.stage)
     if result.passed and job.get("keep", "needed") != "all":
         gone = prune(runner.run_dir, runner.stages, recipe)
         if gone:

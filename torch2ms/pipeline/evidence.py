@@ -1,0 +1,118 @@
+"""Evidence that every node is right, for a stage whose outputs lie beyond ``check.ceiling``.
+
+A widened bound (``check.noise_factor`` times a float32 noise floor, ``bounds``) says how far two
+correct float32 implementations drift apart on an ill-conditioned network; it cannot tell that
+drift from a bug. An output within its widened bound but beyond the ceiling passes only with
+positive evidence that every node is right, recorded in ``stage.json`` ``evidence``:
+
+- rebuild, fold (stages that ``localize``): ``diff``'s replay. Every statement of network.py,
+  recomputed from onnxruntime's own inputs, stays within ``LOCAL_SHARE`` of the tolerance (1e-5):
+  ``by: replay`` with the worst local error and its node. A node beyond that fails the stage.
+- compile, mindir: they run the network.py of an earlier stage in another mode. Evidence is that
+  code's replay plus the stage's outputs within the recipe's bound of the same code in PyNative.
+- export: none. Its check is onnxruntime against PyTorch: there is no generated code to replay, an
+  ONNX node has no PyTorch statement to recompute, and onnxruntime's CPU Conv has no float64
+  kernel ("Could not find an implementation for Conv(11)"), so no float64 run either. Later
+  stages' replay proves the converter's nodes against onnxruntime, not onnxruntime against
+  PyTorch, so they cannot vouch for it.
+
+Without evidence (``by: none``) the stage is ``not checkable`` at these inputs: the run goes on
+(its artifacts are sound, only the check cannot decide) but does not pass. A float64 run of the
+generated network against float64 PyTorch is not tried: MindSpore 2.x's CPU Conv2D refuses
+float64 (it takes float16/32, bfloat16 and integers), so no convolutional network runs in float64.
+"""
+
+from __future__ import annotations
+
+from torch2ms.compare import Tolerance, compare_outputs
+
+NOT_CHECKABLE = "not checkable"
+
+WHAT_TO_DO = (
+    "give real samples in inputs[].data (or trained weights in model.checkpoint), on which float32 "
+    "decides the outputs, or accept the risk explicitly with a wider check.ceiling"
+)
+
+
+def proves(diff) -> bool:
+    """The replay ran, compared something, and found no node wrong."""
+    return diff is not None and diff.replayed and diff.wrong is None and diff.worst_local is not None
+
+
+def from_replay(diff, stage: str, needed: list[str]) -> dict:
+    worst = diff.worst_local
+    return {
+        "by": "replay",
+        "needed": needed,
+        "stage": stage,
+        "local_bound": diff.local_bound,
+        "max_local_error": worst.local.rel_error,
+        "node": worst.node,
+        "op": worst.op,
+        "compared": len(diff.tensors),
+    }
+
+
+def none(needed: list[str], why: str) -> dict:
+    return {"by": "none", "needed": needed, "why": why}
+
+
+def for_localized(diff, stage: str, needed: list[str]) -> dict:
+    """A rebuild/fold stage: its own replay decides (``by: wrong`` when it finds a node wrong)."""
+    if proves(diff):
+        return from_replay(diff, stage, needed)
+    if diff is not None and diff.wrong is not None:
+        return {"by": "wrong", "needed": needed, "stage": stage, "node": diff.wrong.node, "op": diff.wrong.op}
+    return none(needed, "diff's replay of network.py could not run (see the log)")
+
+
+def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
+    """compile/mindir: the network.py they were built from, replayed (the replay its own stage
+    recorded, or one run now), and their outputs against that code's PyNative outputs within the
+    recipe's bound."""
+    from torch2ms import msutil
+
+    src = ctx.artifact("network.py").parent
+    check = ctx.recipe.check
+    tol = Tolerance(check.rel_error, check.cosine)
+    replayed = (ctx.run.read_record(src.name) or {}).get("evidence") or {}
+    if replayed.get("by") == "replay" and replayed.get("stage") == src.name:
+        evidence = {**replayed, "needed": needed}
+    else:
+        evidence = _replay(ctx, src, tol, needed)
+        if evidence["by"] != "replay":
+            return evidence
+    ms = msutil.mindspore()
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        names = list(outputs[0])
+        pynative = msutil.run_cell(msutil.build_network(src, f"evidence_{stage.name}"), ctx.reference_inputs(), names)
+    finally:
+        ms.set_context(mode=mode)
+    same = compare_outputs(outputs, pynative)
+    apart = [f"output {m.name!r}: {v}" for m in same for v in tol.violations(m)]
+    if apart:
+        return none(needed, f"its outputs differ from {src.name}'s network.py in PyNative: {'; '.join(apart)}")
+    return {**evidence, "pynative_rel_error": max(m.rel_error for m in same)}
+
+
+def _replay(ctx, src, tol: Tolerance, needed: list[str]) -> dict:
+    from torch2ms.divergence import localize
+
+    try:
+        diff = localize(ctx.artifact("model.onnx"), src, ctx.reference_inputs(), tol, src.name)
+    except Exception as err:
+        return none(needed, f"the replay of {src.name}'s network.py failed ({type(err).__name__}: {err})")
+    if not proves(diff):
+        why = diff.local_summary() if diff.wrong is not None else "its replay compared no statement"
+        return none(needed, f"{src.name}'s network.py: {why}")
+    return from_replay(diff, src.name, needed)
+
+
+def reason(evidence: dict) -> str:
+    """Why a stage without evidence is not checkable, and what the user can do."""
+    return (
+        f"{'; '.join(evidence['needed'])}: beyond the ceiling only evidence that every node is right passes, "
+        f"and there is none ({evidence['why']}); {WHAT_TO_DO}"
+    )
