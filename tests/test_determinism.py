@@ -43,6 +43,7 @@ BYTE_IDENTICAL = [
 TIMING_KEYS = {
     "seconds",
     "seconds_total",
+    "cpu_seconds",
     "memory",  # resident memory per stage
     "decision",  # compile's timed rounds and their p
     "compile_s",

@@ -214,7 +214,7 @@ class Runner:
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:
         out = self.run_dir.fresh_partial(stage.name)
         memory = StageMemory().start()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         try:
             produced = stage.run(self.ctx, out)
         except Torch2msError:
@@ -300,6 +300,8 @@ class Runner:
             # run + check + localization; the memory while they ran (torch2ms.memory.StageMemory)
             "seconds_total": round(time.perf_counter() - t0, 3),
             "memory": memory.to_dict(),
+            # CPU seconds of all the process's threads: what the stage cost on a machine shared with others
+            "cpu_seconds": round(time.process_time() - cpu0, 3),
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
             "bounds": bounds,
