@@ -3,8 +3,14 @@
 For each recipe, the pipeline runs in a child process exactly as ``torch2ms convert`` runs it
 (same Runner, same CPU setting); the child prints a timestamp whenever a stage starts or ends,
 and this process samples the child's RSS every 50 ms (psutil), so each stage gets its wall time
-(run + check + commit) and the peak RSS seen while it ran. Cold: a fresh output folder. Warm:
-the same command again (every stage up to date). Writes a markdown table.
+(run + check + commit) and the peak RSS seen while it ran. Where the stage records them
+(``stage.json``: ``cpu_seconds``, ``memory.peak_rss_mb``, the process's exact high-water mark
+during the stage), those are shown too, and the child's CPU seconds in all (user + system,
+``getrusage``): on a machine shared with other work, CPU seconds say more than wall time. Cold: a
+fresh output folder. Warm: the same command again (every stage up to date). Writes a markdown table.
+
+``--code DIR`` runs another checkout's torch2ms (e.g. ``git archive`` of an older commit) for a
+before/after table measured side by side.
 
     python benchmarks/convert_cost.py recipes/deeplabv3plus.yaml recipes/resnet50.yaml \
         recipes/mobilenet_v2.yaml --md benchmarks/results/convert_cost.md
@@ -14,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -45,14 +53,16 @@ print("@@" + json.dumps({"event": "done", "t": time.time(), "passed": res.passed
 """
 
 
-def run_once(recipe: Path, out: Path) -> dict:
+def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
     t0 = time.time()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(recipe), str(out), str(t0)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        cwd=REPO,
+        cwd=code,
+        env={**os.environ, "PYTHONPATH": str(code)},
     )
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
@@ -71,6 +81,7 @@ def run_once(recipe: Path, out: Path) -> dict:
     th.start()
     events = [json.loads(line[2:]) for line in proc.stdout if line.startswith("@@")]
     proc.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stop.set()
     th.join()
     t_end = time.time()
@@ -86,9 +97,16 @@ def run_once(recipe: Path, out: Path) -> dict:
         begin = first if first < t else start
         window = [rss for ts, rss in samples if begin <= ts <= t]
         stages[stage] = {"wall_s": round(t - begin, 1), "peak_rss_mb": round(max(window), 0) if window else None}
+        rec_path = out / json.loads(recipe_name(recipe)) / stage / "stage.json"
+        rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {}
+        ran = any(e.get("stage") == stage and e["event"] == "running" for e in events)
+        if ran and rec.get("cpu_seconds") is not None:
+            stages[stage]["cpu_s"] = round(rec["cpu_seconds"], 1)
+            stages[stage]["record_peak_rss_mb"] = rec["memory"]["peak_rss_mb"]
         start = t
     return {
         "total_s": round(t_end - t0, 1),
+        "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
         "startup_s": round(imported - t0, 1),
         "peak_rss_mb": round(max(r for _, r in samples), 0) if samples else None,
         "passed": done.get("passed"),
@@ -96,11 +114,19 @@ def run_once(recipe: Path, out: Path) -> dict:
     }
 
 
+def recipe_name(recipe: Path) -> str:
+    import yaml
+
+    return json.dumps(yaml.safe_load(recipe.read_text())["name"])
+
+
 def to_markdown(results: dict) -> str:
     stages = ["export", "rebuild", "fold", "compile", "mindir"]
     lines = [
-        "| recipe | run | " + " | ".join(f"{s} s / MB" for s in stages) + " | startup s | total s | peak RSS MB |",
-        "|---|---|" + "---|" * (len(stages) + 3),
+        "| recipe | run | "
+        + " | ".join(f"{s} s / MB" for s in stages)
+        + " | startup s | total s | CPU s | peak RSS MB |",
+        "|---|---|" + "---|" * (len(stages) + 4),
     ]
     for name, runs in results.items():
         for kind, r in runs.items():
@@ -115,7 +141,7 @@ def to_markdown(results: dict) -> str:
             lines.append(
                 f"| {name} | {kind} | "
                 + " | ".join(cells)
-                + f" | {r['startup_s']} | {r['total_s']} | {r['peak_rss_mb']:.0f} |"
+                + f" | {r['startup_s']} | {r['total_s']} | {r.get('cpu_s', '-')} | {r['peak_rss_mb']:.0f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -125,15 +151,16 @@ def main() -> None:
     ap.add_argument("recipes", nargs="+", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--code", type=Path, default=REPO, help="the checkout whose torch2ms runs (default: this one)")
+    ap.add_argument("--cold-only", action="store_true")
     args = ap.parse_args()
     results = {}
     for recipe in args.recipes:
         with tempfile.TemporaryDirectory(prefix="torch2ms_cost_") as out:
             name = recipe.stem
-            results[name] = {
-                "cold": run_once(recipe.resolve(), Path(out)),
-                "warm": run_once(recipe.resolve(), Path(out)),
-            }
+            results[name] = {"cold": run_once(recipe.resolve(), Path(out), args.code.resolve())}
+            if not args.cold_only:
+                results[name]["warm"] = run_once(recipe.resolve(), Path(out), args.code.resolve())
             print(json.dumps({name: results[name]}), flush=True)
     md = to_markdown(results)
     print(md)

@@ -42,6 +42,10 @@ BYTE_IDENTICAL = [
 ]
 TIMING_KEYS = {
     "seconds",
+    "seconds_total",
+    "cpu_seconds",
+    "memory",  # resident memory per stage
+    "decision",  # compile's timed rounds and their p
     "compile_s",
     "median_ms",
     "p90_ms",
@@ -113,7 +117,7 @@ def test_reports_are_identical_but_for_timings(two_runs):
             line = re.sub(r"in [\d.]+ s\.", "in T s.", line)
             if line.startswith("| "):
                 cells = line.split(" | ")
-                cells[2] = "T"  # seconds column
+                cells[2] = cells[3] = "T"  # seconds, peak RSS columns
                 if cells[0] == "| compile":
                     cells[-1] = "T"  # latencies
                 if cells[0] == "| mindir":

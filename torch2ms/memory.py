@@ -25,5 +25,78 @@ def rss_mb(pid: int | str = "self") -> float:
 
 
 def peak_rss_mb(pid: int | str = "self") -> float:
-    """Peak resident memory of ``pid`` so far, in MB (nan if it is gone)."""
+    """Peak resident memory of ``pid`` so far, in MB (nan if it is gone); for this process, across
+    ``reset_peak``."""
+    if pid == "self":
+        return process_peak_rss_mb()
     return _status_mb("VmHWM", pid)
+
+
+# The process's peak before the last ``reset_peak``: VmHWM restarts from the current RSS there.
+_peak_before_reset = 0.0
+
+
+def process_peak_rss_mb() -> float:
+    """Peak resident memory of this process since it started, in MB, across ``reset_peak``."""
+    return max(_status_mb("VmHWM"), _peak_before_reset)
+
+
+def reset_peak() -> bool:
+    """Restart this process's VmHWM from its current RSS (``/proc/self/clear_refs``: 5), so that
+    the next reading is the peak of what ran in between. False where the kernel does not allow it;
+    ``process_peak_rss_mb`` still answers for the whole process."""
+    global _peak_before_reset
+    _peak_before_reset = process_peak_rss_mb()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def release_freed() -> None:
+    """Hand memory that Python objects and native libraries have freed back to the system: a
+    garbage collection, then glibc's ``malloc_trim`` (freed blocks below glibc's mmap threshold,
+    e.g. onnxruntime's and MindSpore's buffers, otherwise stay in the heap and count as RSS)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class StageMemory:
+    """Resident memory of a block, between ``start()`` and ``stop()`` (or ``with StageMemory() as mem``):
+    ``peak_rss_mb`` (the process's high-water mark while the block ran), ``rss_start_mb``,
+    ``rss_end_mb``, ``increment_mb`` (peak minus start: what the block itself added at its worst) and
+    ``peak_of`` (``stage``; ``process`` where the peak could not be restarted, so it is the process's
+    peak since it started)."""
+
+    def start(self) -> StageMemory:
+        self.start_mb = rss_mb()
+        self.scoped = reset_peak()
+        self.peak = self.end = float("nan")
+        return self
+
+    def stop(self) -> None:
+        self.peak = _status_mb("VmHWM") if self.scoped else process_peak_rss_mb()
+        self.end = rss_mb()
+
+    def __enter__(self) -> StageMemory:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def to_dict(self) -> dict:
+        return {
+            "peak_rss_mb": round(self.peak, 1),
+            "rss_start_mb": round(self.start_mb, 1),
+            "rss_end_mb": round(self.end, 1),
+            "increment_mb": round(self.peak - self.start_mb, 1),
+            "peak_of": "stage" if self.scoped else "process",
+        }

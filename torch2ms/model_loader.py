@@ -9,6 +9,7 @@ or mis-shaped key at once.
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from pathlib import Path
 
@@ -140,23 +141,39 @@ def load_checkpoint(model, path: Path) -> None:
     model.load_state_dict(state, strict=True)
 
 
-CALIBRATION_PASSES = 4
 CALIBRATION_BATCH = 4
+# Images the statistics are measured on: 16 at 224x224 and below (4 passes of 4), fewer at larger
+# inputs so that the pixels per channel stay about 16 x 224 x 224 (DeepLabV3+ at 512x512: 4 images,
+# 1 pass). A BatchNorm's running mean/variance is an average over batch x height x width values per
+# channel, so fewer larger images give it as many values; benchmarks/calibration_stats.py compares the
+# statistics of 4 and of 16 images at 512x512 with those of an independent draw of 16.
+CALIBRATION_IMAGES = 16
+CALIBRATION_PIXELS = CALIBRATION_IMAGES * 224 * 224
 
 
-def calibrate_norm(model, input_shapes: list[tuple[int, ...]], seed: int, passes: int = CALIBRATION_PASSES) -> int:
+def calibration_passes(input_shapes: list[tuple[int, ...]]) -> int:
+    """Train-mode passes of ``CALIBRATION_BATCH`` images: ``CALIBRATION_IMAGES`` in all where an image
+    has at most ``CALIBRATION_PIXELS / CALIBRATION_IMAGES`` pixels, fewer (at least one pass) above."""
+    pixels = max((math.prod(s[2:]) for s in input_shapes if len(s) > 2), default=0)
+    images = CALIBRATION_IMAGES if not pixels else min(CALIBRATION_IMAGES, math.ceil(CALIBRATION_PIXELS / pixels))
+    return max(1, math.ceil(images / CALIBRATION_BATCH))
+
+
+def calibrate_norm(model, input_shapes: list[tuple[int, ...]], seed: int, passes: int | None = None) -> int:
     """Trained-like BatchNorm: seeded non-trivial gamma/beta, then running statistics measured.
 
     Random init with random statistics makes activations grow with depth (inception_v3 reached
     ~1e12, deep SE nets ~4e4, where saturated sigmoids turned float32 noise into a false
     failure). Here every BatchNorm first gets seeded gamma in [0.5, 1.5] and beta in [-0.2, 0.2]
     (so folding is still exercised), then its statistics are reset and re-measured as the
-    cumulative average (``momentum=None``) over ``passes`` train-mode forward passes on seeded
-    standard-normal inputs of the recipe's shapes; only the BatchNorms are in train mode (dropout
-    stays off). Returns how many layers were calibrated.
+    cumulative average (``momentum=None``) over ``passes`` (default ``calibration_passes``)
+    train-mode forward passes on seeded standard-normal inputs of the recipe's shapes; only the
+    BatchNorms are in train mode (dropout stays off). Returns how many layers were calibrated.
     """
     import torch
 
+    if passes is None:
+        passes = calibration_passes(input_shapes)
     norms = [
         m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
     ]
@@ -169,6 +186,15 @@ def calibrate_norm(model, input_shapes: list[tuple[int, ...]], seed: int, passes
                 m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
                 m.bias.copy_(torch.rand(m.num_features, generator=g) * 0.4 - 0.2)
             m.reset_running_stats()
+    measure_norm_stats(model, norms, input_shapes, passes, g)
+    return len(norms)
+
+
+def measure_norm_stats(model, norms, input_shapes: list[tuple[int, ...]], passes: int, g) -> None:
+    """Running statistics of ``norms`` (reset) as the cumulative average of ``passes`` train-mode
+    passes on standard-normal inputs drawn from generator ``g``."""
+    import torch
+
     momenta = [m.momentum for m in norms]
     model.eval()
     for m in norms:
@@ -197,7 +223,6 @@ def calibrate_norm(model, input_shapes: list[tuple[int, ...]], seed: int, passes
         for m, momentum in zip(norms, momenta):
             m.momentum = momentum
         model.eval()
-    return len(norms)
 
 
 def randomize_norm(model, seed: int) -> int:

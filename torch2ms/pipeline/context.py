@@ -73,3 +73,9 @@ class RunContext:
             shapes = {i.name: (batch.get(i.name, i.shape[0]), *i.shape[1:]) for i in self.recipe.inputs}
             self.cache[key] = load_onnx(path, shapes)
         return copy.deepcopy(self.cache[key])
+
+    def drop_graphs(self) -> None:
+        """Forget the loaded ONNX graphs (their weights are a copy of the model's), once no later
+        stage generates code from them."""
+        for key in [k for k in self.cache if isinstance(k, tuple) and k[:1] == ("graph",)]:
+            del self.cache[key]

@@ -8,7 +8,8 @@ from torch2ms.pipeline.runner import RunResult, framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.runtime import cpu_choice
 
-COLUMNS = ("stage", "status", "seconds", "max abs err", "max rel err", "cosine", "task", "notes")
+COLUMNS = ("stage", "status", "seconds", "peak RSS MB", "max abs err", "max rel err", "cosine", "task", "notes")
+NUMERIC = ("seconds", "peak RSS MB", "max abs err", "max rel err", "cosine")
 # Task figures shown beside the gated agreement (key in TaskResult.figures -> label).
 # Figures a task result may carry, shown after its gated agreement (ratios with 4 digits, counts whole).
 TASK_FIGURES = {
@@ -61,16 +62,20 @@ def rows(result: RunResult) -> list[tuple[str, ...]]:
     for s in result.stages:
         rec = s.record
         w = (rec or {}).get("worst") or {}
+        ran = s.status not in ("disabled", "not run", "up to date")
+        # run + check (``seconds_total``) where the record has it; a cached stage cost nothing now
         seconds = (
             "-"
             if s.status in ("disabled", "not run")
-            else ("0 (cached)" if s.status == "up to date" else f"{rec.get('seconds', 0):.1f}")
+            else ("0 (cached)" if not ran else f"{rec.get('seconds_total', rec.get('seconds', 0)):.1f}")
         )
+        peak = (rec or {}).get("memory", {}).get("peak_rss_mb") if ran else None
         out.append(
             (
                 s.stage,
                 s.status,
                 seconds,
+                _fmt(peak, ".0f"),
                 _fmt(w.get("max_abs"), ".3g"),
                 _fmt(w.get("rel_error"), ".3g"),
                 _fmt(w.get("cosine"), ".7f"),
@@ -137,7 +142,7 @@ def print_table(result: RunResult, console) -> None:
 
     table = Table(title=f"torch2ms convert: {result.recipe.name}", title_justify="left")
     for c in COLUMNS:
-        table.add_column(c, justify="right" if c in ("seconds", "max abs err", "max rel err", "cosine") else "left")
+        table.add_column(c, justify="right" if c in NUMERIC else "left")
     style = {"passed": "green", "up to date": "cyan", "failed": "bold red", "not run": "dim", "disabled": "dim"}
     for r in rows(result):
         table.add_row(*r, style=style.get(r[1]))

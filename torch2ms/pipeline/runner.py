@@ -23,6 +23,7 @@ from torch2ms import __version__
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
+from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.stage import Stage
@@ -218,7 +219,8 @@ class Runner:
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:
         out = self.run_dir.fresh_partial(stage.name)
-        t0 = time.perf_counter()
+        memory = StageMemory().start()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         try:
             produced = stage.run(self.ctx, out)
         except Torch2msError:
@@ -300,6 +302,12 @@ class Runner:
         if diff is not None and diff.first is not None and violations:
             reason += f"; {diff.summary()}"
         w = worst(metrics) if metrics else None
+        if not any("model.onnx" in st.reads for st in self.stages[self.names.index(stage.name) + 1 :]):
+            self.ctx.drop_graphs()  # no later stage generates code from the ONNX
+        counts, extra = produced.counts, produced.extra
+        del produced
+        release_freed()  # what the stage freed goes back to the system before the next one runs
+        memory.stop()
         record = {
             "stage": stage.name,
             "status": status,
@@ -307,6 +315,11 @@ class Runner:
             "fingerprint_of": fp_payload,
             "artifacts": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != RECORD},
             "seconds": round(seconds_run, 3),
+            # run + check + localization; the memory while they ran (torch2ms.memory.StageMemory)
+            "seconds_total": round(time.perf_counter() - t0, 3),
+            "memory": memory.to_dict(),
+            # CPU seconds of all the process's threads: what the stage cost on a machine shared with others
+            "cpu_seconds": round(time.process_time() - cpu0, 3),
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
             "bounds": bounds,
@@ -316,8 +329,8 @@ class Runner:
             "diff": diff.summary() if diff is not None else None,
             **({"accumulated": accumulated} if accumulated else {}),
             **({"evidence": evidence} if evidence else {}),
-            "counts": produced.counts,
-            "extra": produced.extra,
+            "counts": counts,
+            "extra": extra,
             "cpu": cpu_choice().to_dict() if cpu_choice() else None,
         }
         write_json(out / RECORD, record)
