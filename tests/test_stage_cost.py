@@ -50,7 +50,8 @@ def test_stage_memory_sees_a_peak_that_was_freed_before_the_block_ended():
     rec = mem.to_dict()
     assert rec["peak_of"] == "stage"
     assert rec["increment_mb"] > 280, rec  # the block's peak, though it was freed before the block ended
-    assert process_peak_rss_mb() >= max(before, rec["peak_rss_mb"])  # the process's peak survives the reset
+    # the process's peak survives the reset (the record rounds to 0.1 MB)
+    assert process_peak_rss_mb() >= max(before, rec["peak_rss_mb"] - 0.05)
 
 
 @pytest.mark.parametrize(
