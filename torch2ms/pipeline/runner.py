@@ -24,7 +24,7 @@ from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, StageFailed, Torch2msError
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.stage import Stage
-from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
+from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
 
@@ -287,7 +287,7 @@ class Runner:
             "status": status,
             "fingerprint": fp,
             "fingerprint_of": fp_payload,
-            "artifacts": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != RECORD},
+            "artifacts": artifact_hashes(out),
             "seconds": round(seconds_run, 3),
             "metrics": [m.to_dict() for m in metrics],
             "worst": w.to_dict() if w else None,
