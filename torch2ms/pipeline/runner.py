@@ -11,6 +11,7 @@ version number).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import time
@@ -227,6 +228,7 @@ class Runner:
                 hint="re-run with --debug for the traceback",
             ) from err
         seconds_run = time.perf_counter() - t0
+        gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
         metrics: list[OutputMetrics] = []
         violations: list[str] = []
         task_result = None

@@ -24,6 +24,7 @@ error lists every path's reason and nothing is written.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import io
 import re
@@ -141,9 +142,7 @@ class ExportStage(Stage):
         from torch2ms.model_loader import build_model, flatten_outputs
 
         recipe = ctx.recipe
-        model = ctx.cache.get("torch_model")
-        if model is None:
-            model = ctx.cache["torch_model"] = build_model(recipe)
+        model = build_model(recipe)  # not cached: a copy of the weights no later stage needs
         samples = sample_inputs(recipe)
         try:
             with torch.no_grad(), activation_range(model) as reached, batchnorm_layers_run(model) as batchnorm_run:
@@ -206,8 +205,8 @@ class ExportStage(Stage):
         )
         ctx.cache["reference"] = (samples, outputs)
         ctx.cache["batch_reference"] = {n: (extra_in[n], extra_out[n]) for n in sorted(extra_in)}
-        ort_out = run_onnxruntime(onnx_path, samples, names)
-        ort_batches = {n: o for n, o in zip(extra_in, run_onnxruntime(onnx_path, list(extra_in.values()), names))}
+        del wrapped, model, raw_out, torch_out, example  # the torch weights, while onnxruntime holds its own
+        gc.collect()
         model_proto = onnx.load(str(onnx_path), load_external_data=False)
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
@@ -217,9 +216,14 @@ class ExportStage(Stage):
             "batchnorm_nodes": ops.get("BatchNormalization", 0),
             "onnx_ops": dict(sorted(ops.items())),
         }
+        opset = model_opset(model_proto)
+        del model_proto
+        # one session for the samples and the extra batch sizes
+        ort_all = run_onnxruntime(onnx_path, [*samples, *extra_in.values()], names)
+        ort_out, ort_batches = ort_all[: len(samples)], dict(zip(extra_in, ort_all[len(samples) :]))
         extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **reached}
         # the dynamo exporter may keep opset 18 when asked for a lower one: the model says which
-        extra["export_path"] = {"exporter": produced.exporter, "opset": model_opset(model_proto)}
+        extra["export_path"] = {"exporter": produced.exporter, "opset": opset}
         if failed:
             extra["export_attempts"] = [asdict(a) for a in failed]
         changes = exporter_changes(int(batchnorm_run), ops.get("BatchNormalization", 0))
@@ -515,8 +519,12 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
 
     from torch2ms.model_loader import flatten_outputs
 
+    # A float32 model is widened in place and narrowed back afterwards (exact: every value came from
+    # float32), so the float64 weights never sit beside a float32 copy; other dtypes take a copy.
+    tensors = [*model.parameters(), *model.buffers()]
+    in_place = all(t.dtype == torch.float32 for t in tensors if t.is_floating_point())
     try:
-        wide = copy.deepcopy(model).double()
+        wide = model.double() if in_place else copy.deepcopy(model).double()
         with torch.no_grad():
             return [
                 {
@@ -527,6 +535,9 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
             ]
     except Exception:
         return None
+    finally:
+        if in_place:
+            model.float()
 
 
 def float32_floor(outputs, wide) -> dict[str, list[float]] | None:
