@@ -50,10 +50,6 @@ def files(folder: Path) -> list[Path]:
     return [graph, *(sorted(p for p in variables.rglob("*") if p.is_file()) if variables.is_dir() else [])]
 
 
-def total_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in files(folder))
-
-
 def bundle_entries(folder: Path, prefix: str = "model") -> dict[str, Path]:
     """``files()`` as bundle paths: ``model/network.mindir``, ``model/network_variables/data_0``, ..."""
     folder = Path(folder)
