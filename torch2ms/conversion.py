@@ -122,7 +122,12 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     atomic_write_text(out / "network.py", net.source)
-    ms.save_checkpoint([{"name": k, "data": ms.Tensor(v)} for k, v in net.params.items()], str(out / "network.ckpt"))
+    # from_numpy shares the arrays' memory (ms.Tensor(v) would copy every weight once more)
+    params = [{"name": k, "data": ms.Tensor.from_numpy(v)} for k, v in net.params.items()]
+    ms.save_checkpoint(params, str(out / "network.ckpt"))
+    n_params = len(net.params)
+    del params
+    net.params.clear()  # in the checkpoint now; the Cell below loads its own
     write_json(out / "tensor_map.json", net.tensor_map)
     cell = msutil.build_network(out, tag)
     inputs = ctx.reference_inputs()
@@ -139,7 +144,7 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "graph_nodes": len(graph.nodes),
         "graph_ops": graph.op_counts(),
         "layers": layers,
-        "parameters": len(net.params),
+        "parameters": n_params,
         # whether the code follows the input's batch (`batch = x.shape[0]`), or why it keeps static sizes
         "batch": {"follows_input": net.batch_source, "static_because": note or net.batch_note},
     }

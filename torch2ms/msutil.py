@@ -3,6 +3,7 @@ network, run it on the reference inputs, time it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -87,8 +88,19 @@ def load_network_module(path: Path, tag: str):
 
 
 def build_network(stage_dir: Path, tag: str):
+    """The stage's network with its checkpoint's weights. Its Parameters are not initialised first
+    (``no_init_parameters``): the random init would be one more copy of the weights, replaced at once."""
     module = load_network_module(stage_dir / "network.py", tag)
-    return module.build(str(stage_dir / "network.ckpt"))
+    with _no_init_parameters():
+        return module.build(str(stage_dir / "network.ckpt"))
+
+
+def _no_init_parameters():
+    try:
+        from mindspore.nn.utils import no_init_parameters
+    except ImportError:  # MindSpore announces its removal after 2.9; without it the init just costs memory
+        return contextlib.nullcontext()
+    return no_init_parameters()
 
 
 def run_cell(cell, inputs: list[dict[str, np.ndarray]], output_names: list[str]) -> list[dict[str, np.ndarray]]:

@@ -336,18 +336,35 @@ def session_with_outputs(model: onnx.ModelProto, outputs: list[str], extra_nodes
     ``extra_nodes`` appended to it."""
     import onnxruntime as ort
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.output[:]
-    m.graph.node.extend(extra_nodes)
-    m.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
+    # ``model`` itself, its outputs swapped for the serialization and put back: a CopyFrom would
+    # hold the weights once more while onnxruntime reads them
+    kept_outputs = list(model.graph.output)
+    n_nodes = len(model.graph.node)
+    try:
+        del model.graph.output[:]
+        model.graph.node.extend(extra_nodes)
+        model.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
+        data = model.SerializeToString()
+    finally:
+        del model.graph.output[:]
+        model.graph.output.extend(kept_outputs)
+        del model.graph.node[n_nodes:]
+    return ort.InferenceSession(data, lean_session_options(ort), providers=["CPUExecutionProvider"])
+
+
+def lean_session_options(ort):
+    """Options for a session run a few times on one model, where memory matters more than speed:
+    no graph optimizations, no prepacked copy of the weights (MLAS keeps one per MatMul/Conv
+    weight), no memory arena kept between runs."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # no arena: its blocks outlive the session in the heap (DeepLabV3+ at 512x512: +1.3 GB resident
     # after the shape run at batch 1, +2.5 GB at batch 2); freed tensors go back at once
     opts.enable_cpu_mem_arena = False
     opts.log_severity_level = 4  # its errors reach the user inside torch2ms's own
-    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    opts.enable_cpu_mem_arena = False
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    return opts
 
 
 def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_values=None) -> None:
@@ -425,20 +442,25 @@ def _relaxed(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx
     """``model`` with the input dimensions that ``shapes`` overrides made symbolic, so onnxruntime
     takes inputs of another size than the export's (the graph at a second batch size: see
     ``torch2ms.codegen.batch``); the inferred shapes it keeps (value_info) are dropped with them."""
-    changed = False
+
+    def differs(vi) -> bool:
+        shape, dims = shapes.get(vi.name), vi.type.tensor_type.shape.dim
+        return (
+            shape is not None
+            and len(dims) == len(shape)
+            and any(d.HasField("dim_value") and d.dim_value != want for d, want in zip(dims, shape))
+        )
+
+    if not any(differs(vi) for vi in model.graph.input):
+        return model  # no copy of the weights when nothing changes
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for vi in m.graph.input:
-        shape = shapes.get(vi.name)
-        dims = vi.type.tensor_type.shape.dim
-        if shape is None or len(dims) != len(shape):
+        if not differs(vi):
             continue
-        for k, (d, want) in enumerate(zip(dims, shape)):
+        for k, (d, want) in enumerate(zip(vi.type.tensor_type.shape.dim, shapes[vi.name])):
             if d.HasField("dim_value") and d.dim_value != want:
                 d.dim_param = f"{vi.name}_dim{k}"
-                changed = True
-    if not changed:
-        return model
     del m.graph.value_info[:]
     for vi in m.graph.output:
         vi.type.tensor_type.ClearField("shape")
@@ -454,7 +476,7 @@ def _first_line(err: BaseException) -> str:
 
 def _inferred_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(_without_large_initializers(model))
     except Exception:
         return {}
     out = {}
@@ -463,3 +485,28 @@ def _inferred_dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
         if et:
             out[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(et))
     return out
+
+
+def _without_large_initializers(model: onnx.ModelProto, limit: int = 1 << 16) -> onnx.ModelProto:
+    """A copy of ``model`` for dtype inference: initializers over ``limit`` bytes become graph
+    inputs of the same dtype and shape (their values decide no dtype), the small ones (shapes,
+    axes, scalars) stay. ``infer_shapes`` serializes its argument and parses the result back, which
+    on the whole model held the weights three more times."""
+    m = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(m, field, getattr(model, field))
+    m.opset_import.extend(model.opset_import)
+    m.functions.extend(model.functions)
+    g, src = m.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    declared = {vi.name for vi in src.input}
+    for t in src.initializer:
+        if t.ByteSize() <= limit:
+            g.initializer.append(t)
+        elif t.name not in declared:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return m

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from torch2ms import __version__
+from torch2ms import __version__, mindir_layout
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import aipp, compat, targets
 from torch2ms.package import precision as fp16_plan
@@ -122,7 +122,15 @@ def stage_figures(records: dict[str, dict]) -> list[dict]:
 
 
 def _readme(
-    recipe: Recipe, version: str, target, precision: str, manifest: dict, is_image: bool, size, opset: int
+    recipe: Recipe,
+    version: str,
+    target,
+    precision: str,
+    manifest: dict,
+    is_image: bool,
+    size,
+    opset: int,
+    weights_apart: bool = False,
 ) -> str:
     pre = manifest["preprocess"]
     if is_image:
@@ -185,6 +193,12 @@ def _readme(
         pre_text=pre_text,
         post_text=post_text,
         plan_note=_plan_note(manifest.get("fp16_plan")),
+        variables_row=(
+            f"| `model/{mindir_layout.VARIABLES}/` | the MindIR's weights (over 1 GB, MindSpore keeps them beside the "
+            "graph): copy and convert it with `network.mindir` |\n"
+            if weights_apart
+            else ""
+        ),
     )
 
 
@@ -295,7 +309,7 @@ def build_bundle(
 
     tdir = f"targets/{target.name}"
     files: dict[str, Path | bytes] = {
-        "model/network.mindir": mindir,
+        **mindir_layout.bundle_entries(mindir.parent),  # model/network.mindir (+ model/network_variables/)
         "model/model.onnx": onnx_path,
         "samples/reference.npz": ref_path,
         "infer.py": (TEMPLATES / "infer.py").read_bytes(),
@@ -353,7 +367,8 @@ def build_bundle(
         files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()
     # the opset model.onnx has: a newer one than export.opset when the export fell back to it
     opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
-    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset).encode()
+    apart = any(name.startswith(f"model/{mindir_layout.VARIABLES}/") for name in files)
+    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset, apart).encode()
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
     }

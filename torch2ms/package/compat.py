@@ -217,7 +217,7 @@ class Fp16Emulator:
         opts.log_severity_level = 3
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
         opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
-        self.session = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.session = _session(ort, m, opts)
         self.runs = 0
 
     def flags(self, fp32: Collection[int] = (), only: int | None = None) -> np.ndarray:
@@ -398,3 +398,23 @@ def aipp_markdown(check: dict) -> list[str]:
         errors = " | ".join(f"{r['max_error'][i]:.3g}" for i in images)
         lines.append(f"| {name} | {source} | {errors} | {r['bound']:.3g} |")
     return lines
+
+
+def _session(ort, model, opts):
+    """An onnxruntime session on ``model``. Over protobuf's 2 GB limit (the emulator adds a rounded
+    copy of every weight: ViT-L/16's 1.2 GB become 2.4 GB) it cannot be serialized to bytes, so it
+    goes through a temporary file with its tensors as external data."""
+    import tempfile
+
+    import onnx
+
+    try:
+        data = model.SerializeToString()
+    except Exception:  # protobuf's EncodeError: over 2 GB
+        data = None
+    if data is not None:
+        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="torch2ms-emulator-") as tmp:
+        path = Path(tmp) / "emulator.onnx"
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin")
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -156,6 +156,7 @@ def converter_lite_sh(
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
 # Run on the board (or a host with the Ascend CANN toolkit and the MindSpore Lite cloud-inference
 # package, whose tools/converter/lib must be on LD_LIBRARY_PATH). Output: {model_name}_ascend.mindir
+# Over 1 GB of weights network.mindir is the graph and model/network_variables/ holds the weights.
 # Precision: {PRECISION[precision][0]} (set in converter_lite.cfg; enforce_fp16 is the Ascend default).{served}
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -4,7 +4,8 @@
    ``..``, links, special files and duplicates before writing anything);
 2. compare every file with ``manifest.json``: wrong hash, missing, or not listed (extra) files
    are all reported at once;
-3. load ``model/network.mindir`` with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
+3. load ``model/network.mindir`` (its weights in ``model/network_variables/`` over 1 GB, checked in 2)
+   with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
    and compare with PyTorch's outputs within the manifest's tolerance, and by the recipe's task
    metric (top-1 agreement, pixel agreement, ...), gated like a stage; a bundle serving several
    batch sizes (``inputs[].batch``) is also run on its PyTorch sample at every other size.

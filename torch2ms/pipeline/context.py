@@ -1,6 +1,8 @@
 """State shared by the stages of one run: the recipe, the run folder, the PyTorch reference,
-and an in-process cache so that no stage redoes a previous one's work (the torch model is built
-once; the ONNX graph is loaded and shape-inferred once)."""
+and an in-process cache so that no stage redoes a previous one's work (the ONNX graph is loaded
+and shape-inferred once, and its weights are held once: every stage's copy shares them). The torch
+model is not kept: only the export stage needs it, and it would hold a copy of the weights through
+every later stage."""
 
 from __future__ import annotations
 
@@ -71,11 +73,40 @@ class RunContext:
         key = ("graph", str(path), sha256_file(path), tuple(sorted(batch.items())))
         if key not in self.cache:
             shapes = {i.name: (batch.get(i.name, i.shape[0]), *i.shape[1:]) for i in self.recipe.inputs}
-            self.cache[key] = load_onnx(path, shapes)
-        return copy.deepcopy(self.cache[key])
+            graph = load_onnx(path, shapes)
+            shared = [g for k, g in self.cache.items() if isinstance(k, tuple) and k[:3] == key[:3]]
+            self.cache[key] = freeze_constants(graph, shared[0] if shared else None)
+        return shared_copy(self.cache[key])
 
     def drop_graphs(self) -> None:
         """Forget the loaded ONNX graphs (their weights are a copy of the model's), once no later
         stage generates code from them."""
         for key in [k for k in self.cache if isinstance(k, tuple) and k[:1] == ("graph",)]:
             del self.cache[key]
+
+
+def freeze_constants(graph, like=None):
+    """``graph`` with its constants read-only, so that copies can share them (``shared_copy``): a
+    pass that wrote into a weight in place would now raise instead of changing every copy. With
+    ``like`` (the same ONNX loaded at another batch size), each constant equal to ``like``'s of the
+    same name is replaced by that one: the weights are held once, not once per batch size."""
+    for name, v in graph.values.items():
+        if v.const is None:
+            continue
+        other = like.values.get(name) if like is not None else None
+        if other is not None and other.const is not None and _same(other.const, v.const):
+            v.const = other.const
+        else:
+            v.const.flags.writeable = False
+    return graph
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def shared_copy(graph):
+    """A deep copy of ``graph`` that shares its (read-only) constant arrays: nodes, values and
+    attributes are the copy's own, the weights are not copied again."""
+    memo = {id(v.const): v.const for v in graph.values.values() if v.const is not None and not v.const.flags.writeable}
+    return copy.deepcopy(graph, memo)

@@ -11,6 +11,7 @@ version number).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import time
@@ -27,7 +28,7 @@ from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.stage import Stage
-from torch2ms.pipeline.workspace import RECORD, RunDir, sha256_file, write_json
+from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
 
@@ -235,6 +236,7 @@ class Runner:
                 hint="re-run with --debug for the traceback",
             ) from err
         seconds_run = time.perf_counter() - t0
+        gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
         metrics: list[OutputMetrics] = []
         violations: list[str] = []
         task_result = None
@@ -313,7 +315,7 @@ class Runner:
             "status": status,
             "fingerprint": fp,
             "fingerprint_of": fp_payload,
-            "artifacts": {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != RECORD},
+            "artifacts": artifact_hashes(out),
             "seconds": round(seconds_run, 3),
             # run + check + localization; the memory while they ran (torch2ms.memory.StageMemory)
             "seconds_total": round(time.perf_counter() - t0, 3),

@@ -24,6 +24,7 @@ error lists every path's reason and nothing is written.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import io
 import re
@@ -142,8 +143,7 @@ class ExportStage(Stage):
         from torch2ms.model_loader import build_model, flatten_outputs
 
         recipe = ctx.recipe
-        # not kept in ctx.cache: no later stage runs PyTorch, and its weights would stay resident
-        model = build_model(recipe)
+        model = build_model(recipe)  # not cached: a copy of the weights no later stage needs
         samples = sample_inputs(recipe)
         try:
             with torch.no_grad(), activation_range(model) as reached, batchnorm_layers_run(model) as batchnorm_run:
@@ -203,30 +203,37 @@ class ExportStage(Stage):
         )
         ctx.cache["reference"] = (samples, outputs)
         ctx.cache["batch_reference"] = {n: (extra_in[n], extra_out[n]) for n in sorted(extra_in)}
+        del wrapped, raw_out, torch_out, example
+        gc.collect()
         model_proto = onnx.load(str(onnx_path), load_external_data=False)
         ops: dict[str, int] = {}
         for n in model_proto.graph.node:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        ort_out, ort_policy = run_reference(onnx_path, ops, samples, names)
-        ort_batches = {n: o for n, o in zip(extra_in, run_reference(onnx_path, ops, list(extra_in.values()), names)[0])}
+        counts = {
+            "onnx_nodes": len(model_proto.graph.node),
+            "batchnorm_nodes": ops.get("BatchNormalization", 0),
+            "onnx_ops": dict(sorted(ops.items())),
+        }
+        opset = model_opset(model_proto)
+        del model_proto
+        # one session for the samples and the extra batch sizes
+        ort_all, ort_policy = run_reference(onnx_path, ops, [*samples, *extra_in.values()], names)
+        ort_out, ort_batches = ort_all[: len(samples)], dict(zip(extra_in, ort_all[len(samples) :]))
         # float32 PyTorch against float64, which may widen this stage's bound (Tolerance.bound): measured
-        # only when onnxruntime misses the recipe's own bound, since a floor can only widen it
+        # only when onnxruntime misses the recipe's own bound, since a floor can only widen it; so the
+        # PyTorch model is kept until here
         floor = task_floor = None
         floor_needed = misses_recipe_bound(recipe, ort_out, outputs, ort_batches, ctx.cache["batch_reference"])
         if floor_needed:
             wide = float64_outputs(model, samples)
             floor, task_floor = float32_floor(outputs, wide), float32_task_floor(recipe, outputs, wide)
             del wide
-        del model, wrapped
-        counts = {
-            "onnx_nodes": len(model_proto.graph.node),
-            "batchnorm_nodes": ops.get("BatchNormalization", 0),
-            "onnx_ops": dict(sorted(ops.items())),
-        }
+        del model
+        gc.collect()
         extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **reached}
         extra["onnxruntime"] = ort_policy  # the reference is PyTorch; how onnxruntime ran to be checked against it
         # the dynamo exporter may keep opset 18 when asked for a lower one: the model says which
-        extra["export_path"] = {"exporter": produced.exporter, "opset": model_opset(model_proto)}
+        extra["export_path"] = {"exporter": produced.exporter, "opset": opset}
         if failed:
             extra["export_attempts"] = [asdict(a) for a in failed]
         changes = exporter_changes(int(batchnorm_run), ops.get("BatchNormalization", 0))
@@ -524,8 +531,12 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
 
     from torch2ms.model_loader import flatten_outputs
 
+    # A float32 model is widened in place and narrowed back afterwards (exact: every value came from
+    # float32), so the float64 weights never sit beside a float32 copy; other dtypes take a copy.
+    tensors = [*model.parameters(), *model.buffers()]
+    in_place = all(t.dtype == torch.float32 for t in tensors if t.is_floating_point())
     try:
-        wide = copy.deepcopy(model).double()
+        wide = model.double() if in_place else copy.deepcopy(model).double()
         with torch.no_grad():
             return [
                 {
@@ -536,6 +547,9 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
             ]
     except Exception:
         return None
+    finally:
+        if in_place:
+            model.float()
 
 
 def misses_recipe_bound(recipe, outputs, reference, batches=None, batch_reference=None) -> bool:

@@ -2,15 +2,16 @@
 
 Exported in GRAPH_MODE without graph-kernel fusion (fused kernels built for this host's CPU
 would not run on an Ascend board); reloaded with ``mindspore.load`` + ``nn.GraphCell`` and
-checked vs PyTorch. With ``inputs[].batch`` dimension 0 of those inputs is exported as dynamic, and
-the reloaded MindIR is checked at every listed size (the runner compares each with PyTorch).
+checked vs PyTorch. Over 1 GB of weights, the weights go to ``network_variables/`` beside the graph
+``network.mindir`` (``torch2ms.mindir_layout``). With ``inputs[].batch`` dimension 0 of those inputs
+is exported as dynamic, and the reloaded MindIR is checked at every listed size (the runner compares each with PyTorch).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms import msutil
+from torch2ms import mindir_layout, msutil
 from torch2ms.pipeline.stage import Stage, StageOutput
 
 
@@ -27,7 +28,9 @@ class MindirStage(Stage):
     def notes(self, record: dict) -> str:
         counts = record.get("counts", {})
         sizes = counts.get("batch_sizes")
-        return f"{counts.get('mindir_bytes', 0) / 1e6:.1f} MB" + (f", batch {sizes}" if sizes else "")
+        files = counts.get("mindir_files", 1)
+        split = f" in {files} files (graph + {mindir_layout.VARIABLES}/)" if files > 1 else ""
+        return f"{counts.get('mindir_bytes', 0) / 1e6:.1f} MB{split}" + (f", batch {sizes}" if sizes else "")
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
@@ -41,14 +44,14 @@ class MindirStage(Stage):
             ms.Tensor(shape=[None, *v.shape[1:]], dtype=ms.float32) if name in dynamic else ms.Tensor(v)
             for name, v in inputs[0].items()
         ]
-        ms.export(cell, *example, file_name=str(out / "network"), file_format="MINDIR")
-        graph = ms.load(str(out / "network.mindir"))
+        written = mindir_layout.export(ms, cell, *example, folder=out)
+        del cell  # its Parameters are in the file now; the reloaded graph holds its own copy
+        graph = ms.load(str(out / mindir_layout.GRAPH))
         loaded = ms.nn.GraphCell(graph)
         outputs = msutil.run_cell(loaded, inputs, names)
         batches = {n: msutil.run_cell(loaded, [s], names)[0] for n, (s, _) in ctx.batch_reference().items()}
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        size = (out / "network.mindir").stat().st_size
-        counts = {"mindir_bytes": size}
+        counts = {"mindir_bytes": sum(p.stat().st_size for p in written), "mindir_files": len(written)}
         if dynamic:
             counts["batch_sizes"] = list(ctx.recipe.batch_sizes())
         return StageOutput(outputs, counts=counts, batches=batches or None)

@@ -2,7 +2,8 @@
 """Run this bundle's model on an image or a .npy tensor, exactly as manifest.json describes.
 
 Needs numpy, Pillow (images) and either MindSpore Lite (``mindspore_lite``, used when importable:
-on the board) or MindSpore (``mindspore``: loads model/network.mindir with ``nn.GraphCell``).
+on the board) or MindSpore (``mindspore``: loads model/network.mindir with ``nn.GraphCell``). Over 1 GB of
+weights, the MindIR keeps them in model/network_variables/ beside network.mindir: keep the two together.
 It does not need torch2ms or torch.
 
     python3 infer.py IMAGE.jpg [--out prediction]     # writes prediction.npy + prediction.json (+ prediction.png)
@@ -365,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"error: {model_path} not found; run a targets/*/converter_lite.sh first or pass --model", file=sys.stderr
         )
+        return 2
+    # over 1 GB of weights the MindIR keeps them in model/network_variables/, beside the graph
+    weights = [n for n in manifest["files"] if n.startswith("model/network_variables/")]
+    lost = [n for n in weights if model_path == HERE / "model" / "network.mindir" and not (HERE / n).is_file()]
+    if lost:
+        print(f"error: {model_path} needs its weights {', '.join(lost)}; copy the whole model/ folder", file=sys.stderr)
         return 2
     device = args.device
     if device is None:
