@@ -170,18 +170,23 @@ def test_sequence_classification_and_embedding_metrics(tmp_path):
 # --- end to end -----------------------------------------------------------------------------------
 
 
-def test_token_ids_and_mask_through_every_stage(tmp_path):
-    """tiny_text: int64 token ids, a bool padding mask, an int64 label output compared exactly."""
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    """tiny_text converted once: int64 token ids, a bool padding mask, an int64 label output."""
     from torch2ms.pipeline.runner import Runner
 
     path = write_recipe(
-        tmp_path / "text.yaml",
+        tmp_path_factory.mktemp("text") / "text.yaml",
         name="tinytext",
         task="sequence_classification",
         model={"factory": "tiny_models:tiny_text", "seed": 0},
         inputs=[{**IDS, "shape": [3, 12]}, {**MASK, "shape": [3, 12], "dtype": "bool", "lengths": [12, 7, 3]}],
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    return path, Runner(load_recipe(path), log=lambda m: None).run()
+
+
+def test_token_ids_and_mask_through_every_stage(text_run):
+    _, result = text_run
     assert result.passed, [(s.stage, s.status) for s in result.stages]
     for stage in ("export", "rebuild", "fold", "compile", "mindir"):
         record = json.loads((result.root / stage / "stage.json").read_text())
@@ -191,3 +196,44 @@ def test_token_ids_and_mask_through_every_stage(tmp_path):
     reference = np.load(result.root / "export" / "reference.npz")
     dtypes = {k: reference[k].dtype for k in reference.files}
     assert np.int64 in dtypes.values() and np.bool_ in dtypes.values(), dtypes
+
+
+@pytest.mark.slow
+def test_token_bundle_verifies_and_its_infer_py_takes_token_ids(text_run, tmp_path):
+    """The bundle: no AIPP (not an image), verify passes, infer.py --tokens and .npy inputs give
+    PyTorch's logits, and a fractional .npy for the token ids is refused with exit 2."""
+    import torch
+    from conftest import run_bundle_infer, unpack_bundle
+
+    from torch2ms.cli import main
+    from torch2ms.model_loader import build_model
+    from torch2ms.package.build import build_bundle
+
+    path, result = text_run
+    bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None).path
+    main(["verify", str(bundle)])  # raises (exit 1) when the MindIR no longer matches
+    root = unpack_bundle(bundle, tmp_path / "bundle")
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["preprocess"]["image_input"] is False and not list(root.rglob("aipp*.cfg"))
+    assert [i["dtype"] for i in manifest["inputs"]] == ["int64", "bool"]
+
+    ids = np.zeros((3, 12), np.int64)
+    ids[:, :4] = [5, 7, 9, 11]
+    mask = np.zeros((3, 12), bool)
+    mask[:, :4] = True
+    with torch.no_grad():
+        want = build_model(load_recipe(path))(torch.from_numpy(ids), torch.from_numpy(mask))["logits"].numpy()
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "mask.npy", mask.astype(np.int64))  # a 0/1 integer file for the bool mask
+    for args, stem in (
+        (["--tokens", "5 7 9 11"], "tok"),
+        ([str(tmp_path / "ids.npy"), str(tmp_path / "mask.npy")], "npy"),
+    ):
+        res = run_bundle_infer(root, *args, "--out", str(tmp_path / stem))
+        assert res.returncode == 0, res.stderr[-2000:]
+        got = np.load(tmp_path / f"{stem}.npy")
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), stem
+        assert json.loads((tmp_path / f"{stem}.json").read_text())["argmax"] == want.argmax(-1).tolist()
+    np.save(tmp_path / "half.npy", ids + 0.5)
+    res = run_bundle_infer(root, str(tmp_path / "half.npy"), str(tmp_path / "mask.npy"))
+    assert res.returncode == 2 and "takes whole numbers (int64)" in res.stderr, res.stderr[-2000:]
