@@ -459,6 +459,26 @@ def test_rms_norm_becomes_one_expression(make, opset, tmp_path):
     assert body.count("ops.rsqrt(ops.mean(ops.square(") == 1 and "ops.sqrt(" not in body, body
 
 
+class ResidualRMSNorm(torch.nn.Module):
+    """x + LlamaRMSNorm(x): the residual reads LlamaRMSNorm's no-op float32 Cast too, as in a Llama layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = _llama_rms_norm()
+
+    def forward(self, x):
+        return x + self.norm(x)
+
+
+def test_rms_norm_whose_input_cast_the_residual_reads(tmp_path):
+    model, feeds = export(_randomized(ResidualRMSNorm()), (2, 5, 8), 17, low=-3, high=5)
+    ops = [n.op_type for n in graph_of(model, feeds).nodes]
+    assert ops.count("Cast") == 2  # in and out of LlamaRMSNorm's float32 block
+    source, fired = check_model(model, feeds, tmp_path, passes=norm_passes())
+    assert fired["fuse_rms_norm"] == 1
+    assert helpers._construct(source).count("ops.rsqrt(ops.mean(ops.square(") == 1
+
+
 def test_rms_norm_spelled_with_div_and_mul(tmp_path):
     """x / Sqrt(mean(x * x) + eps), the weight on the left."""
     nodes = [

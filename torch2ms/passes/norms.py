@@ -26,7 +26,8 @@ RMSNorm (Llama, T5; ONNX RMSNormalization arrived only in opset 23)::
     y  = Mul(x, r) [-> Mul(gamma)]                  (either operand order; Div(x, Sqrt(...)) too)
 
 becomes ``torch2ms.RMSNormalization(x, gamma; axis, epsilon)``; a Cast to x's own dtype on the
-way in or out (transformers computes RMSNorm "in float32") is dropped with it. MindSpore 2.10 has
+way in or out (transformers computes RMSNorm "in float32") is dropped with it, unless another
+node reads the cast input too (Llama's residual does: then the Cast stays before the norm). MindSpore 2.10 has
 no RMSNorm cell and its ``ops.rms_norm`` kernel is Ascend-only (on CPU: "The kernel RmsNorm
 unregistered"), so the converter writes the formula as one expression with ``ops.rsqrt``.
 """
@@ -243,8 +244,9 @@ class FuseRMSNorm(FormulaPattern):
             return None
         nodes += [sqrt, add, mean, sq]
         cast_in = _same_type_cast(graph, x)
-        if cast_in is not None:
-            nodes.append(cast_in)
+        inside = {id(n) for n in nodes}
+        if cast_in is not None and all(id(u) in inside for u in graph.consumers(x)) and x not in graph.outputs:
+            nodes.append(cast_in)  # else (the residual reads the cast too) the no-op Cast stays before
             x = cast_in.inputs[0]
         last = node
         users = graph.consumers(last.outputs[0])
