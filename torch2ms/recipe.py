@@ -26,7 +26,12 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    factory: str = Field(description="'module:callable' returning a torch.nn.Module")
+    factory: str | None = Field(default=None, description="'module:callable' returning a torch.nn.Module")
+    onnx: str | None = Field(
+        default=None,
+        description="an ONNX file as the source instead of a factory: validated and imported by the export "
+        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.onnx_source)",
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = Field(default=None, description="state_dict file, loaded with weights_only=True")
     seed: int = Field(default=0, description="torch seed for random init when no checkpoint is given")
@@ -38,9 +43,19 @@ class ModelSpec(_Strict):
         "the factory's initialisation",
     )
 
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.factory is None) == (self.onnx is None):
+            raise ValueError("give one source: factory ('module:callable') or onnx (a .onnx file)")
+        if self.onnx is not None and (self.checkpoint or self.kwargs):
+            raise ValueError("checkpoint and kwargs are for a factory; an onnx source holds its weights")
+        return self
+
     @field_validator("factory")
     @classmethod
-    def _factory_form(cls, v: str) -> str:
+    def _factory_form(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         module, sep, attr = v.partition(":")
         if not sep or not module or not attr:
             raise ValueError(f"expected 'module:callable', got {v!r}")

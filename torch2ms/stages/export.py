@@ -53,7 +53,11 @@ class ExportStage(Stage):
         from torch2ms.model_loader import factory_source_sha256
 
         model = recipe.model.model_dump(mode="json")
-        source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
+        if recipe.model.onnx:
+            model["onnx_sha256"] = _existing_file_sha256(recipe, recipe.model.onnx, "model.onnx")
+            source = None
+        else:
+            source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
         if source:
             model["factory_source_sha256"] = source
         if recipe.model.checkpoint:
@@ -93,6 +97,10 @@ class ExportStage(Stage):
         from torch2ms.model_loader import build_model, flatten_outputs
 
         recipe = ctx.recipe
+        if recipe.model.onnx:  # an ONNX file as the source: imported, onnxruntime is the reference
+            from torch2ms.onnx_source import import_onnx
+
+            return import_onnx(ctx, out)
         model = ctx.cache.get("torch_model")
         if model is None:
             model = ctx.cache["torch_model"] = build_model(recipe)
