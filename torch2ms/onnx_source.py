@@ -90,13 +90,13 @@ def _match_inputs(model, recipe, path: Path) -> None:
             )
 
 
-def import_onnx(ctx, out: Path) -> StageOutput:
-    """The export stage for an ONNX source: validate, write model.onnx, reference = onnxruntime."""
+def import_onnx(ctx, out: Path, run_onnxruntime) -> StageOutput:
+    """The export stage for an ONNX source: validate, write model.onnx, reference = onnxruntime
+    (``run_onnxruntime(path, samples, names)``, the export stage's own runner)."""
     import onnx
 
     from torch2ms.graph.load import model_opset
     from torch2ms.samples import batch_samples, sample_inputs
-    from torch2ms.stages.export import run_onnxruntime
 
     recipe = ctx.recipe
     model = read_source(recipe)

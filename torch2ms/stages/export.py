@@ -100,7 +100,7 @@ class ExportStage(Stage):
         if recipe.model.onnx:  # an ONNX file as the source: imported, onnxruntime is the reference
             from torch2ms.onnx_source import import_onnx
 
-            return import_onnx(ctx, out)
+            return import_onnx(ctx, out, run_onnxruntime)
         model = ctx.cache.get("torch_model")
         if model is None:
             model = ctx.cache["torch_model"] = build_model(recipe)
