@@ -23,6 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 from torch2ms.converters.registry import analyse
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import (
+    FuseGroupNorm,
+    FuseLayerNorm,
     activation_passes,
     fold_passes,
     fusion_counts,
@@ -391,7 +393,7 @@ def test_layer_norm_spelled_with_two_subs_and_a_reciprocal(tmp_path):
     consts = {"eps": 1e-5, "gamma": rand(4, low=0.5, high=1.5), "beta": rand(4, seed=2)}
     model, feeds = _model(nodes, ["y"], consts, shape=(2, 3, 4))
     source, fired = check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=["LayerNormalization"])
-    assert fired == {"fuse_layer_norm": 1, "fuse_group_norm": 0}
+    assert fired == {"fuse_layer_norm": 1, "fuse_group_norm": 0, "fuse_rms_norm": 0}
     assert "nn.LayerNorm((4,)" in source
 
 
@@ -407,11 +409,111 @@ def test_layer_norm_must_not_fire(module, shape, reason, tmp_path):
     model, feeds = export(_randomized(module), shape, 13)
     graph = graph_of(model, feeds)
     before = [n.op_type for n in graph.nodes]
-    passes = norm_passes()
+    # without the RMSNorm pass, which rightly takes what is left when the mean is shared:
+    # (x - u) / sqrt(mean((x - u)^2) + eps) is the RMSNorm of x - u (checked below)
+    passes = [FuseLayerNorm(), FuseGroupNorm()]
     assert sum(run_passes(graph, passes).values()) == 0
     assert [n.op_type for n in graph.nodes] == before
     skipped = [r for p in passes for _, r in p.skipped]
     assert (reason is None and not skipped) or (reason is not None and reason in skipped[0]), skipped
+    _, fired = check_model(model, feeds, tmp_path, passes=norm_passes())
+    assert fired == {"fuse_layer_norm": 0, "fuse_group_norm": 0, "fuse_rms_norm": int(reason is not None)}
+
+
+class HandRMSNorm(torch.nn.Module):
+    """T5 / Llama RMSNorm, optionally over a non-trailing axis or without the weight."""
+
+    def __init__(self, dim: int, axis: int = -1, weight: bool = True):
+        super().__init__()
+        self.axis = axis
+        self.weight = torch.nn.Parameter(torch.ones(dim)) if weight else None
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.pow(2).mean(self.axis, keepdim=True) + 1e-6)
+        return y if self.weight is None else self.weight * y
+
+
+def _llama_rms_norm():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    return LlamaRMSNorm(8, eps=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, opset",
+    [
+        (_llama_rms_norm, 13),
+        (_llama_rms_norm, 17),
+        (lambda: HandRMSNorm(8), 17),
+        (lambda: HandRMSNorm(8, weight=False), 11),
+    ],
+    ids=["llama_op13", "llama_op17", "t5_style_op17", "no_weight_op11"],
+)
+def test_rms_norm_becomes_one_expression(make, opset, tmp_path):
+    """transformers' LlamaRMSNorm (a Cast to float32 in and out) and T5-style RMSNorm as exported."""
+    model, feeds = export(_randomized(make()), (2, 5, 8), opset, low=-3, high=5)
+    assert len(graph_of(model, feeds).nodes) >= 5
+    source, fired = check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=["RMSNormalization"])
+    assert fired["fuse_rms_norm"] == 1
+    body = helpers._construct(source)
+    assert body.count("ops.rsqrt(ops.mean(ops.square(") == 1 and "ops.sqrt(" not in body, body
+
+
+class ResidualRMSNorm(torch.nn.Module):
+    """x + LlamaRMSNorm(x): the residual reads LlamaRMSNorm's no-op float32 Cast too, as in a Llama layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = _llama_rms_norm()
+
+    def forward(self, x):
+        return x + self.norm(x)
+
+
+def test_rms_norm_whose_input_cast_the_residual_reads(tmp_path):
+    model, feeds = export(_randomized(ResidualRMSNorm()), (2, 5, 8), 17, low=-3, high=5)
+    ops = [n.op_type for n in graph_of(model, feeds).nodes]
+    assert ops.count("Cast") == 2  # in and out of LlamaRMSNorm's float32 block
+    source, fired = check_model(model, feeds, tmp_path, passes=norm_passes())
+    assert fired["fuse_rms_norm"] == 1
+    assert helpers._construct(source).count("ops.rsqrt(ops.mean(ops.square(") == 1
+
+
+def test_rms_norm_spelled_with_div_and_mul(tmp_path):
+    """x / Sqrt(mean(x * x) + eps), the weight on the left."""
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"], name="/rms/Mul"),
+        helper.make_node("ReduceMean", ["sq"], ["ms"], name="/rms/ReduceMean", axes=[-1]),
+        helper.make_node("Add", ["eps", "ms"], ["me"], name="/rms/Add"),
+        helper.make_node("Sqrt", ["me"], ["rms"], name="/rms/Sqrt"),
+        helper.make_node("Div", ["x", "rms"], ["n"], name="/rms/Div"),
+        helper.make_node("Mul", ["gamma", "n"], ["y"], name="/rms/Mul_1"),
+    ]
+    model, feeds = _model(nodes, ["y"], {"eps": 1e-5, "gamma": rand(4, low=0.5, high=1.5)}, shape=(2, 3, 4))
+    _, fired = check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=["RMSNormalization"])
+    assert fired == {"fuse_layer_norm": 0, "fuse_group_norm": 0, "fuse_rms_norm": 1}
+
+
+@pytest.mark.parametrize("also_output", [False, True], ids=["channels_first", "mean_square_is_an_output"])
+def test_rms_norm_must_not_fire(also_output, tmp_path):
+    if also_output:  # the mean of squares is also a graph output
+        nodes = [
+            helper.make_node("Pow", ["x", "two"], ["sq"], name="/rms/Pow"),
+            helper.make_node("ReduceMean", ["sq"], ["ms"], name="/rms/ReduceMean", axes=[-1]),
+            helper.make_node("Add", ["ms", "eps"], ["me"], name="/rms/Add"),
+            helper.make_node("Sqrt", ["me"], ["rms"], name="/rms/Sqrt"),
+            helper.make_node("Div", ["x", "rms"], ["y"], name="/rms/Div"),
+        ]
+        model, feeds = _model(nodes, ["y", "ms"], {"eps": 1e-5, "two": 2.0}, shape=(2, 3, 4))
+    else:  # over the channels of (N, C, H, W): not the trailing axes
+        model, feeds = export(HandRMSNorm(4, axis=1, weight=False), (2, 4, 3, 3), 13)
+    graph = graph_of(model, feeds)
+    before = [n.op_type for n in graph.nodes]
+    passes = norm_passes()
+    assert run_passes(graph, passes)["fuse_rms_norm"] == 0
+    assert [n.op_type for n in graph.nodes] == before
+    skipped = [r for p in passes for _, r in p.skipped]
+    assert ("ReduceMean output 'ms' is a graph output" in skipped) == also_output, skipped
     check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=before)
 
 
@@ -449,7 +551,7 @@ def _group_norm_model(instance_scale=1.0, also_output=""):
 def test_group_norm_from_its_onnx_nodes(tmp_path):
     model, feeds = _group_norm_model()
     source, fired = check_model(model, feeds, tmp_path, passes=norm_passes(), expect_nodes=["GroupNormalization"])
-    assert fired == {"fuse_layer_norm": 0, "fuse_group_norm": 1}
+    assert fired == {"fuse_layer_norm": 0, "fuse_group_norm": 1, "fuse_rms_norm": 0}
     assert "nn.GroupNorm(3, 6" in source and "ops.instance_norm" not in source
 
 

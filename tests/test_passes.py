@@ -20,17 +20,18 @@ def _init(name, shape, low=-1.0, high=1.0):
     return numpy_helper.from_array(RNG.uniform(low, high, shape).astype(np.float32), name)
 
 
-def conv_bn_model(act: str | None = "Relu", extra_use: bool = False, c: int = 4) -> onnx.ModelProto:
-    """x -> Conv -> BN -> act, optionally with the conv output also feeding a second branch."""
+def conv_bn_model(act: str | None = "Relu", extra_use: bool = False, c: int = 4, spatial: int = 2) -> onnx.ModelProto:
+    """x -> Conv -> BN -> act over ``spatial`` axes (8 long each), optionally with the conv output
+    also feeding a second branch."""
     inits = [
-        _init("w", (c, 3, 3, 3)),
+        _init("w", (c, 3) + (3,) * spatial),
         _init("gamma", (c,), 0.5, 1.5),
         _init("beta", (c,), -0.3, 0.3),
         _init("mean", (c,), -0.3, 0.3),
         _init("var", (c,), 0.5, 1.5),
     ]
     nodes = [
-        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="/block/conv/Conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="/block/conv/Conv", pads=[1] * 2 * spatial),
         helper.make_node(
             "BatchNormalization",
             ["conv_out", "gamma", "beta", "mean", "var"],
@@ -57,13 +58,14 @@ def conv_bn_model(act: str | None = "Relu", extra_use: bool = False, c: int = 4)
         nodes.append(helper.make_node("Sigmoid", ["conv_out"], ["side"], name="/side/Sigmoid"))
         outputs.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, None))
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])], outputs, inits
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3] + [8] * spatial)], outputs, inits
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _load(model):
-    return graph_from_model(model, 17, {"x": (1, 3, 8, 8)})
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    return graph_from_model(model, 17, {"x": tuple(d.dim_value for d in dims)})
 
 
 def _ort(model, x):
@@ -84,6 +86,23 @@ def test_fuse_fires_once_and_leaves_one_node(act, kind):
     assert node.attrs["epsilon"] == pytest.approx(1e-3)
     assert node.outputs == ["y"]  # the graph output keeps its name
     assert node.origin[:2] == ["/block/conv/Conv", "/block/bn/BatchNormalization"]
+
+
+def test_fuse_fires_on_a_3d_conv():
+    g = _load(conv_bn_model("Relu", spatial=3))
+    fired = run_passes(g, [EliminateIdentity(), FuseConvBnAct()])
+    assert fired == {"eliminate_identity": 1, "fuse_conv_bn_act": 1}
+    assert [n.op_type for n in g.nodes] == ["ConvBnAct"]
+    assert g.nodes[0].attrs["activation"] == "Relu" and g.nodes[0].attrs["has_bn"] == 1
+
+
+@pytest.mark.parametrize("spatial, extra_use, reason", [(1, False, "not a 2-D or 3-D"), (3, True, "used by more than")])
+def test_fuse_does_not_fire_on_a_1d_conv_or_a_shared_3d_conv(spatial, extra_use, reason):
+    g = _load(conv_bn_model("Relu", extra_use=extra_use, spatial=spatial))
+    p = FuseConvBnAct()
+    assert p.apply(g) == 0
+    assert [n.op_type for n in g.nodes].count("BatchNormalization") == 1
+    assert p.skipped and reason in p.skipped[0][1]
 
 
 def test_fuse_does_not_fire_when_conv_output_is_used_twice():
@@ -136,9 +155,10 @@ def test_fold_bn_weights_without_conv_bias():
     np.testing.assert_allclose(bf, [(0 - 1) * 1.0 + 0.5, (0 + 1) * 1.0], rtol=1e-6)
 
 
+@pytest.mark.parametrize("spatial", [2, 3], ids=["2d", "3d"])
 @pytest.mark.parametrize("fuse", [True, False])
-def test_fold_removes_every_batchnorm_and_keeps_numbers(fuse):
-    model = conv_bn_model("Relu")
+def test_fold_removes_every_batchnorm_and_keeps_numbers(fuse, spatial):
+    model = conv_bn_model("Relu", spatial=spatial)
     g = _load(model)
     passes = [EliminateIdentity()] + ([FuseConvBnAct()] if fuse else []) + [FoldBatchNorm()]
     fired = run_passes(g, passes)
@@ -147,11 +167,10 @@ def test_fold_removes_every_batchnorm_and_keeps_numbers(fuse):
     conv = next(n for n in g.nodes if n.op_type in ("Conv", "ConvBnAct"))
     assert len(conv.inputs) == 3  # x, W', b'
     # Evaluate the rewritten conv with torch: it must equal onnxruntime on the original model.
-    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    x = RNG.standard_normal((1, 3) + (8,) * spatial).astype(np.float32)
     w, b = (g.const(i) for i in conv.inputs[1:])
-    y = torch.relu(
-        torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding=1)
-    ).numpy()
+    conv_nd = torch.nn.functional.conv2d if spatial == 2 else torch.nn.functional.conv3d
+    y = torch.relu(conv_nd(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), padding=1)).numpy()
     (ref,) = _ort(model, x)
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 

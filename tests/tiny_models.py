@@ -127,3 +127,33 @@ class FakeQuantNet(nn.Module):
 
 def fake_quant_net(width: int = 64, classes: int = 10) -> nn.Module:
     return FakeQuantNet(width, classes)
+
+
+class TinyText(nn.Module):
+    """Token ids (int64) and a padding mask: embeddings, one masked self-attention, masked mean
+    pooling, a classifier; returns the logits and the predicted label (an int64 output)."""
+
+    def __init__(self, vocab: int = 50, dim: int = 16, classes: int = 3, mask_dtype: str = "int64"):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.position = nn.Embedding(64, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, input_ids, attention_mask):
+        positions = torch.cumsum(torch.ones_like(input_ids), dim=1) - 1  # CumSum positions
+        h = self.norm(self.embed(input_ids) + self.position(positions))
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        valid = attention_mask.bool()
+        bias = torch.where(valid[:, None, :], 0.0, torch.finfo(h.dtype).min)  # additive mask
+        attn = torch.softmax(q @ k.transpose(1, 2) / h.shape[-1] ** 0.5 + bias, dim=-1)
+        h = h + attn @ v
+        weights = valid.to(h.dtype)[..., None]
+        pooled = (h * weights).sum(1) / weights.sum(1)
+        logits = self.head(pooled)
+        return {"logits": logits, "label": logits.argmax(-1)}
+
+
+def tiny_text(vocab: int = 50, dim: int = 16, classes: int = 3) -> nn.Module:
+    return TinyText(vocab, dim, classes)

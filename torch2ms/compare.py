@@ -5,6 +5,10 @@ Per output: max abs error, max abs error relative to the largest reference magni
 mean abs error, cosine similarity of the flattened tensors, and for class-score outputs
 (rank >= 2) the share of positions where ``argmax`` over axis 1 agrees. NaN or Inf in either
 side is reported as such and never passes.
+
+Integer and boolean outputs (token ids, masks, argmax indices) are compared exactly: the
+metrics above are still recorded, and ``mismatched`` counts the elements that differ; a single
+one fails the stage whatever the bounds.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class OutputMetrics:
     cosine: float
     argmax_agreement: float | None
     nonfinite: str | None = None  # e.g. "stage output has 3 NaN"
+    mismatched: int | None = None  # integer / bool reference: elements that differ (None: a float output)
 
     def to_dict(self) -> dict:
         return {k: _json_float(v) for k, v in asdict(self).items()}
@@ -70,6 +75,8 @@ class Tolerance:
     def violations(self, m: OutputMetrics) -> list[str]:
         if m.nonfinite:
             return [m.nonfinite]
+        if m.mismatched:
+            return [f"{m.mismatched} elements differ (an integer or bool output is compared exactly)"]
         b = self.bound(m.name)
         why = "" if b["by"] == "recipe" else f" ({b['by']})"
         out = []
@@ -109,6 +116,7 @@ class MetricsAccumulator:
         self.labels = (reference_label, actual_label)
         self.max_abs = self.scale = self.sum_abs = self.dot = self.norm_a = self.norm_r = 0.0
         self.count = 0
+        self.mismatched: int | None = None  # counted while the reference is integer or bool
         self.nan = dict.fromkeys(self.labels, 0)
         self.inf = dict.fromkeys(self.labels, 0)
 
@@ -118,6 +126,10 @@ class MetricsAccumulator:
             raise ValueError(
                 f"output {self.name!r}: shape {actual.shape} differs from the reference's {reference.shape}"
             )
+        if reference.dtype.kind in "biu":
+            exact = actual.astype(np.int64) if actual.dtype.kind in "biu" else actual
+            differ = int((exact != reference.astype(np.int64)).sum())
+            self.mismatched = (self.mismatched or 0) + differ
         a, r = actual.astype(np.float64).ravel(), reference.astype(np.float64).ravel()
         for label, x in zip(self.labels, (r, a)):
             self.nan[label] += int(np.isnan(x).sum())
@@ -146,7 +158,7 @@ class MetricsAccumulator:
         else:
             cosine = self.dot / (na * nr)
         mean = self.sum_abs / self.count if self.count else 0.0
-        return OutputMetrics(self.name, self.max_abs, rel, mean, cosine, argmax_agreement)
+        return OutputMetrics(self.name, self.max_abs, rel, mean, cosine, argmax_agreement, None, self.mismatched)
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:
@@ -174,7 +186,12 @@ def compare_outputs(actual: list[dict[str, np.ndarray]], reference: list[dict[st
 
 
 def worst(metrics: list[OutputMetrics]) -> OutputMetrics:
-    """The output furthest from the reference (non-finite first, then relative error)."""
+    """The output furthest from the reference (non-finite first, then integer mismatches, then relative error)."""
     return max(
-        metrics, key=lambda m: (m.nonfinite is not None, m.rel_error if math.isfinite(m.rel_error) else math.inf)
+        metrics,
+        key=lambda m: (
+            m.nonfinite is not None,
+            bool(m.mismatched),
+            m.rel_error if math.isfinite(m.rel_error) else math.inf,
+        ),
     )

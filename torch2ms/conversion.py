@@ -137,6 +137,7 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     counts = {
         "passes": fired,
         "conv2d_bn_act": layers.get("nn.Conv2dBnAct", 0),
+        "conv3d_bn_act": layers.get("Conv3dBnAct", 0),  # the generated cell (MindSpore has no nn.Conv3dBnAct)
         "batchnorm_layers": sum(v for k, v in layers.items() if k.startswith("nn.BatchNorm")),
         "conv2d": layers.get("nn.Conv2d", 0),
         # Conv/Dense -> (BN) -> activation chains found and fused, by activation, what was left and why

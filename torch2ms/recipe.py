@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,7 +26,12 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    factory: str = Field(description="'module:callable' returning a torch.nn.Module")
+    factory: str | None = Field(default=None, description="'module:callable' returning a torch.nn.Module")
+    onnx: str | None = Field(
+        default=None,
+        description="an ONNX file as the source instead of a factory: validated and imported by the export "
+        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.onnx_source)",
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = Field(default=None, description="state_dict file, loaded with weights_only=True")
     seed: int = Field(default=0, description="torch seed for random init when no checkpoint is given")
@@ -37,9 +43,19 @@ class ModelSpec(_Strict):
         "the factory's initialisation",
     )
 
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.factory is None) == (self.onnx is None):
+            raise ValueError("give one source: factory ('module:callable') or onnx (a .onnx file)")
+        if self.onnx is not None and (self.checkpoint or self.kwargs):
+            raise ValueError("checkpoint and kwargs are for a factory; an onnx source holds its weights")
+        return self
+
     @field_validator("factory")
     @classmethod
-    def _factory_form(cls, v: str) -> str:
+    def _factory_form(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         module, sep, attr = v.partition(":")
         if not sep or not module or not attr:
             raise ValueError(f"expected 'module:callable', got {v!r}")
@@ -52,10 +68,27 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 SKIMAGE_PREFIX = "skimage:"
 
 
+INPUT_DTYPES = ("float32", "float16", "int64", "int32", "bool")
+INTEGER_DTYPES = ("int64", "int32")
+
+
 class InputSpec(_Strict):
     name: str = "input"
     shape: tuple[int, ...]
-    dtype: Literal["float32"] = "float32"
+    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = Field(
+        default="float32",
+        description="float inputs get seeded standard-normal samples; an int64/int32 input needs 'range' "
+        "(e.g. token ids) or 'lengths' (a mask) or 'data'; a bool input without them gets seeded random bits",
+    )
+    range: tuple[int, int] | None = Field(
+        default=None,
+        description="integer inputs: sample values uniformly from [low, high), e.g. [0, 30522] for BERT token ids",
+    )
+    lengths: tuple[int, ...] | None = Field(
+        default=None,
+        description="a mask input (batch, sequence): row i is 1 (True) at its first lengths[i] positions and 0 "
+        "after, e.g. [8, 5] for two sequences of 8 and 5 tokens; one value for every row, or one per row",
+    )
     data: str | tuple[str, ...] | None = Field(
         default=None,
         description="sample data, one entry per sample from sample 0 on: a .npy of this shape, an image file "
@@ -67,6 +100,36 @@ class InputSpec(_Strict):
         description="the batch sizes the bundle serves, e.g. [1, 2, 4, 8] (dimension 0; shape[0], the batch "
         "the reference samples are made at, must be one of them); a single value is shape[0], as without it",
     )
+
+    @model_validator(mode="after")
+    def _values_spec(self):
+        if self.range is not None:
+            if self.dtype not in INTEGER_DTYPES:
+                raise ValueError(f"range is for integer inputs (dtype int64 or int32), dtype is {self.dtype!r}")
+            low, high = self.range
+            if low >= high:
+                raise ValueError(f"range [{low}, {high}) is empty: give [low, high) with low < high")
+            info = np.iinfo(self.dtype)
+            if low < info.min or high - 1 > info.max:
+                raise ValueError(f"range [{low}, {high}) does not fit {self.dtype} ({info.min}..{info.max})")
+            if self.lengths is not None:
+                raise ValueError("range and lengths both given: range samples values, lengths makes a mask; keep one")
+        if self.lengths is not None:
+            if len(self.shape) != 2:
+                raise ValueError(f"lengths makes a (batch, sequence) mask; shape {list(self.shape)} is not 2-D")
+            if len(self.lengths) not in (1, self.shape[0]):
+                raise ValueError(
+                    f"lengths has {len(self.lengths)} values: give one for every row, or one per row "
+                    f"({self.shape[0]} rows)"
+                )
+            bad = [n for n in self.lengths if not 0 <= n <= self.shape[1]]
+            if bad:
+                raise ValueError(f"lengths {bad} outside 0..{self.shape[1]} (the sequence length, shape[1])")
+        if self.dtype != "float32" and self.dtype != "float16":
+            images = [e for e in self.data_sources() if not e.lower().endswith(".npy")]
+            if images:
+                raise ValueError(f"{images[0]!r}: an image is float data; a {self.dtype} input takes .npy files")
+        return self
 
     @field_validator("shape")
     @classmethod
@@ -270,7 +333,9 @@ class PostprocessSpec(_Strict):
 
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    task: Literal["classification", "segmentation", "detection", "other"] = "other"
+    task: Literal[
+        "classification", "segmentation", "detection", "language_model", "sequence_classification", "embedding", "other"
+    ] = "other"
     model: ModelSpec
     inputs: tuple[InputSpec, ...] = Field(min_length=1)
     check: CheckSpec = CheckSpec()
@@ -295,6 +360,19 @@ class Recipe(_Strict):
             raise ValueError(f"postprocess is for task: detection (task is {self.task!r})")
         if self.task == "detection" and self.class_names is not None:
             raise ValueError("task: detection takes its class names in postprocess.class_names")
+        return self
+
+    @model_validator(mode="after")
+    def _integer_values(self):
+        for k, i in enumerate(self.inputs):
+            given = len(i.data_sources())
+            if i.dtype in INTEGER_DTYPES and i.range is None and i.lengths is None and given < self.check.samples:
+                where = f"inputs.{k} ({i.name})"
+                raise ValueError(
+                    f"{where}: an {i.dtype} input needs its values: 'range: [low, high)' (e.g. [0, 30522] for token "
+                    f"ids), 'lengths: [...]' for a mask, or 'data:' .npy files for all {self.check.samples} samples"
+                    + (f" (it has {given})" if given else "")
+                )
         return self
 
     @model_validator(mode="after")

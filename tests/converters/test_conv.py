@@ -1,4 +1,5 @@
-"""Conv (nn.Conv2d) and the fused torch2ms.ConvBnAct (nn.Conv2dBnAct) against onnxruntime."""
+"""Conv (nn.Conv1d/2d/3d) and the fused torch2ms.ConvBnAct (nn.Conv2dBnAct, the generated
+Conv3dBnAct) against onnxruntime."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def test_conv3d(name, bias, tmp_path):
 _SIXTH = 1 / 6
 
 
-def act_nodes(act: str, src: str, dst: str, channels: int) -> tuple[list, list]:
+def act_nodes(act: str, src: str, dst: str, channels: int, spatial: int = 2) -> tuple[list, list]:
     """ONNX nodes computing activation ``act`` of ``src`` into ``dst``, and their initializers: one
     op, or the formula the exporter writes (``silu``, ``gelu``, ``gelu_tanh``, ``mish``,
     ``hardswish_op13``), which the formula passes make one node before the fusion."""
@@ -161,7 +162,7 @@ def act_nodes(act: str, src: str, dst: str, channels: int) -> tuple[list, list]:
         return [helper.make_node("Clip", [src, f"{dst}_lo", f"{dst}_hi"], [dst], name=n)], inits
     if act == "PRelu":
         return [helper.make_node("PRelu", [src, f"{dst}_slope"], [dst], name=n)], [
-            c("slope", rand(channels, 1, 1, seed=9, low=0.05, high=0.5))
+            c("slope", rand(channels, *[1] * spatial, seed=9, low=0.05, high=0.5))
         ]
     if act == "PRelu_shared":
         return [helper.make_node("PRelu", [src, f"{dst}_slope"], [dst], name=n)], [c("slope", [0.3])]
@@ -215,7 +216,11 @@ def conv_bn_act_model(
     bn: bool = True,
     opset: int = 17,
     x_range: float = 4.0,
+    depth: int | None = None,
 ) -> tuple[onnx.ModelProto, dict]:
+    """x -> Conv [-> BatchNormalization] [-> ``act``]; 3-D (input ``1, c_in, depth, hw, hw``) when
+    ``depth`` is given, with a 3-D ``kernel``."""
+    spatial = (hw, hw) if depth is None else (depth, hw, hw)
     group = conv_attrs.get("group", 1)
     inits = [numpy_helper.from_array(rand(c_out, c_in // group, *kernel, seed=3, low=-0.5, high=0.5), "w")]
     conv_in = ["x", "w"]
@@ -230,7 +235,7 @@ def conv_bn_act_model(
         inits += bn_inits
         last = "bn"
     if act:
-        more_nodes, more_inits = act_nodes(act, last, "y", c_out)
+        more_nodes, more_inits = act_nodes(act, last, "y", c_out, len(spatial))
         nodes += more_nodes
         inits += more_inits
     else:
@@ -238,13 +243,13 @@ def conv_bn_act_model(
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, hw, hw])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, *spatial])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
-    return model, {"x": rand(1, c_in, hw, hw, low=-x_range, high=x_range)}
+    return model, {"x": rand(1, c_in, *spatial, low=-x_range, high=x_range)}
 
 
 # name: (activation, conv attributes, conv_bn_act_model keywords, nn.Conv2dBnAct's activation argument)
@@ -290,6 +295,53 @@ def test_conv_bn_act(name, fold, tmp_path):
     assert spelled is None and "activation" not in init or spelled in init, init
     layers = init.count("nn.") - init.count("nn.GELU(") - init.count("nn.PReLU(")
     assert "BatchNormalization" not in source and layers == init.count("nn.Conv2dBnAct("), init
+
+
+_P1 = [1, 1, 1, 1, 1, 1]
+# 3-D: (activation, conv attributes, conv_bn_act_model keywords, Conv3dBnAct's activation argument)
+FUSED_3D_CASES = {
+    "relu_pad1": ("Relu", {"pads": _P1}, {}, 'activation="relu"'),
+    "relu6_1x3x3_s2_bias": (
+        "Clip",
+        {"pads": [0, 1, 1, 0, 1, 1], "strides": [1, 2, 2]},
+        {"kernel": (1, 3, 3), "bias": True},
+        'activation="relu6"',
+    ),
+    "no_act_1x1x1": (None, {}, {"kernel": (1, 1, 1), "c_out": 6}, None),
+    "silu_depthwise": ("silu", {"pads": _P1, "group": 4}, {}, 'activation="silu"'),
+    "gelu_erf_asym_pads": ("gelu", {"pads": [0, 1, 1, 1, 0, 1]}, {}, "activation=nn.GELU(approximate=False)"),
+    "leaky_relu": ("LeakyRelu", {"pads": _P1}, {}, 'activation="leakyrelu", alpha=0.1'),
+    "prelu_per_channel": ("PRelu", {"pads": _P1}, {"c_out": 6}, "activation=nn.PReLU(6)"),
+}
+
+
+@pytest.mark.parametrize("fold", [False, True], ids=["bn", "folded"])
+@pytest.mark.parametrize("name", list(FUSED_3D_CASES))
+def test_conv3d_bn_act(name, fold, tmp_path):
+    """Conv3d -> BatchNormalization -> activation: one generated Conv3dBnAct cell (MindSpore has no
+    nn.Conv3dBnAct), its BatchNorm an nn.BatchNorm3d, or folded into the conv."""
+    act, conv_attrs, kw, spelled = FUSED_3D_CASES[name]
+    kw = {"kernel": (3, 3, 3), "depth": 5, "hw": 6, **kw}
+    model, feeds = conv_bn_act_model(act, conv_attrs, **kw)
+    passes = fold_passes() if fold else rebuild_passes()
+    source, fired = check_model(model, feeds, tmp_path, passes=passes, rel_tol=2e-5, expect_nodes=["ConvBnAct"])
+    assert fired["fuse_conv_bn_act"] == 1
+    assert fired.get("fold_batchnorm", 0) == int(fold)
+    assert source.count("class Conv3dBnAct(nn.Cell)") == 1
+    net = source[source.index("class Network") :]
+    init = " ".join(net[net.index("def __init__") : net.index("def construct")].split())
+    assert init.count("Conv3dBnAct(") == 1 and "nn.Conv2dBnAct" not in init, init
+    assert ("has_bn=True" in init) != fold
+    assert spelled is None and "activation" not in init or spelled in init, init
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_conv3d_bn_folded_without_fusion(bias, tmp_path):
+    """Conv3d -> BatchNormalization folded into one nn.Conv3d (fusion off)."""
+    model, feeds = conv_bn_act_model(None, {"pads": _P1}, bias=bias, kernel=(3, 3, 3), depth=4, hw=6)
+    source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5, expect_nodes=["Conv"])
+    assert fired == {"fold_batchnorm": 1}
+    assert "nn.Conv3d(" in source and "BatchNorm" not in source.split('"""', 2)[2]
 
 
 @pytest.mark.parametrize("name", [name for name, case in FUSED_CASES.items() if case[0]])

@@ -16,7 +16,7 @@ def _bn_stats(c: int):
     ]
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 5, 5), (4, 3), (2, 3, 7)], ids=["4d", "2d", "3d"])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 5), (4, 3), (2, 3, 7), (2, 3, 4, 5, 6)], ids=["4d", "2d", "3d", "5d"])
 @pytest.mark.parametrize("attrs", [{}, {"epsilon": 1e-3, "momentum": 0.99}], ids=["default", "eps_momentum"])
 @pytest.mark.parametrize("opset", [11, 15])
 def test_batch_normalization(shape, attrs, opset, tmp_path):

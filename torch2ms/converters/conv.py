@@ -1,6 +1,6 @@
 """Convolutions: ONNX ``Conv`` (1-D, 2-D, 3-D), ``ConvInteger`` (through float32, exact within
 a checked bound), ``DeformConv`` (``ops.deformable_conv2d``) and the fused ``torch2ms.ConvBnAct``
-made by the fusion pass.
+made by the fusion pass (``nn.Conv2dBnAct``, or for 3-D the generated ``Conv3dBnAct`` cell).
 
 Padding: ONNX ``pads`` are ``[top, left, bottom, right]`` (all begins, then all ends);
 MindSpore's ``padding`` 4-tuple is ``(top, bottom, left, right)``, ``nn.Conv3d``'s 6-tuple
@@ -85,25 +85,33 @@ def stride_dilation_group(strides, dilations, group) -> dict:
     return kw
 
 
-def _conv_nd(em, x, w, bias, kernel_shape, strides, dilations, pads, auto_pad, group) -> str:
-    """A convolution of ``x`` over 1 or 3 spatial axes: nn.Conv1d / nn.Conv3d."""
+def nd_geometry(em, x, w, kernel_shape, strides, dilations, pads, auto_pad, group) -> tuple[str, int | tuple, dict]:
+    """``(x, kernel_size, kw)`` for nn.Conv1d / nn.Conv3d over ``x``: ``x`` gains an ``ops.pad`` where
+    a 1-D conv's two ends differ (nn.Conv1d pads both alike); ``kw``: pad_mode, padding, stride, ..."""
     n = em.rank(0) - 2
     kernel = tuple(int(k) for k in (kernel_shape or w.shape[2:]))
     strides = tuple(int(s) for s in (strides or [1] * n))
     dilations = tuple(int(d) for d in (dilations or [1] * n))
     begins, ends = explicit_pads(em.shape(0)[2:], kernel, strides, dilations, pads, auto_pad)
-    params = {"weight": w if n == 3 else w[:, :, None, :]}  # nn.Conv1d's weight is (out, in, 1, k)
     kw: dict = {"pad_mode": "valid"}
     if n == 1 and begins != ends:
         x = f"ops.pad({x}, {(begins[0], ends[0])!r})"
     elif any(begins + ends):
         kw = {"pad_mode": "pad", "padding": begins[0] if n == 1 else squash([v for p in zip(begins, ends) for v in p])}
     kw.update(stride_dilation_group(strides, dilations, group))
+    return x, squash(kernel), kw
+
+
+def _conv_nd(em, x, w, bias, kernel_shape, strides, dilations, pads, auto_pad, group) -> str:
+    """A convolution of ``x`` over 1 or 3 spatial axes: nn.Conv1d / nn.Conv3d."""
+    n = em.rank(0) - 2
+    x, kernel, kw = nd_geometry(em, x, w, kernel_shape, strides, dilations, pads, auto_pad, group)
+    params = {"weight": w if n == 3 else w[:, :, None, :]}  # nn.Conv1d's weight is (out, in, 1, k)
     if bias is not None:
         kw["has_bias"] = True
         params["bias"] = bias
     cls = "nn.Conv1d" if n == 1 else "nn.Conv3d"
-    layer = em.layer(cls, int(em.shape(0)[1]), int(w.shape[0]), squash(kernel), params=params, **kw)
+    layer = em.layer(cls, int(em.shape(0)[1]), int(w.shape[0]), kernel, params=params, **kw)
     return f"{layer}({x})"
 
 
@@ -203,6 +211,36 @@ def deform_conv(em, *, dilations=None, group=1, kernel_shape=None, offset_group=
     return f"ops.deformable_conv2d({', '.join(args)})"
 
 
+# MindSpore has nn.Conv2dBnAct but no 3-D form: the generated code defines one, with the same
+# arguments and parameter names (conv.*, batchnorm.*, activation.*).
+_CONV3D_BN_ACT = '''
+class Conv3dBnAct(nn.Cell):
+    """nn.Conv2dBnAct one dimension up: nn.Conv3d, then nn.BatchNorm3d (has_bn), then the activation."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, has_bn=False, momentum=0.997, eps=1e-5, activation=None, alpha=0.2):
+        super().__init__()
+        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size, stride=stride, pad_mode=pad_mode,
+                              padding=padding, dilation=dilation, group=group, has_bias=has_bias)
+        self.has_bn = has_bn
+        self.has_act = activation is not None
+        if has_bn:
+            self.batchnorm = nn.BatchNorm3d(out_channels, eps, momentum)
+        if activation == "leakyrelu":
+            self.activation = nn.LeakyReLU(alpha)
+        else:
+            self.activation = nn.get_activation(activation) if isinstance(activation, str) else activation
+
+    def construct(self, x):
+        x = self.conv(x)
+        if self.has_bn:
+            x = self.batchnorm(x)
+        if self.has_act:
+            x = self.activation(x)
+        return x
+'''
+
+
 @converter("ConvBnAct", domain="torch2ms")
 def conv_bn_act(
     em, *, activation="", has_bn=1, epsilon=1e-5, momentum=0.9, alpha=0.01, approximate="none", **conv_attrs
@@ -212,33 +250,36 @@ def conv_bn_act(
     Inputs 3-6 (BatchNorm) are present only while ``has_bn``; after folding, the node keeps
     ``X, W, B`` and ``nn.Conv2dBnAct(has_bn=False)`` applies conv + bias + activation. ``alpha``
     is LeakyRelu's, ``approximate`` GELU's; input 7 is PReLU's slope, one per output channel.
+    A 3-D convolution (rank-5 input) is the generated ``Conv3dBnAct`` cell instead.
     """
     unknown = set(conv_attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
     if unknown:
         raise Unsupported(f"attribute {sorted(unknown)} not supported")
     w = em.require_const(1, "weight")
-    kw = conv_geometry(
-        em,
-        conv_attrs.get("kernel_shape"),
-        conv_attrs.get("strides"),
-        conv_attrs.get("dilations"),
-        conv_attrs.get("pads"),
-        conv_attrs.get("auto_pad", "NOTSET"),
-    )
-    group = int(conv_attrs.get("group", 1))
-    if group != 1:
-        kw["group"] = group
+    geometry = [conv_attrs.get(k) for k in ("kernel_shape", "strides", "dilations", "pads")]
+    auto_pad, group = conv_attrs.get("auto_pad", "NOTSET"), int(conv_attrs.get("group", 1))
+    if em.rank(0) == 5:
+        cell = em.define("Conv3dBnAct", _CONV3D_BN_ACT)
+        _, kernel, kw = nd_geometry(em, em.x(0), w, *geometry, auto_pad, group)
+        kw = {"kernel_size": kernel, **kw}
+    else:
+        cell = "nn.Conv2dBnAct"
+        kw = conv_geometry(em, *geometry, auto_pad)
+        if group != 1:
+            kw["group"] = group
     params = {"conv.weight": w}
     if em.has_input(2):
         kw["has_bias"] = True
         params["conv.bias"] = em.require_const(2, "bias")
     if has_bn:
         bn_kw, bn_params = cell_batchnorm(em, momentum, epsilon, default_momentum=0.997)
+        if cell != "nn.Conv2dBnAct":  # nn.BatchNorm3d keeps its parameters on an inner bn2d
+            bn_params = {k.replace("batchnorm.", "batchnorm.bn2d."): v for k, v in bn_params.items()}
         kw.update(bn_kw)
         params.update(bn_params)
     if activation:
-        act_kw, act_params = cell_activation(em, activation, alpha, approximate, int(w.shape[0]), "nn.Conv2dBnAct")
+        act_kw, act_params = cell_activation(em, activation, alpha, approximate, int(w.shape[0]), cell)
         kw.update(act_kw)
         params.update(act_params)
-    layer = em.layer("nn.Conv2dBnAct", int(em.shape(0)[1]), int(w.shape[0]), params=params, **kw)
+    layer = em.layer(cell, int(em.shape(0)[1]), int(w.shape[0]), params=params, **kw)
     return f"{layer}({em.x(0)})"

@@ -7,12 +7,13 @@ Silu(x) = x * sigmoid(x); Gelu(x) = x * Phi(x) with ``approximate='none'`` (erf)
 tanh(softplus(x)); HardSwish(x) = x * relu6(x + 3) / 6. LayerNormalization normalizes over the
 axes from ``axis`` to the end (nn.LayerNorm's ``begin_norm_axis``), GroupNormalization over
 each group of ``C / num_groups`` channels and the spatial axes (nn.GroupNorm), both with one
-gamma / beta per normalized element / channel.
+gamma / beta per normalized element / channel. RMSNormalization (no MindSpore cell on CPU) is
+``x * rsqrt(mean(x^2) + eps) * gamma`` in one expression.
 """
 
 from __future__ import annotations
 
-from torch2ms.converters.api import Unsupported, converter
+from torch2ms.converters.api import Unsupported, converter, literal
 
 
 @converter("Silu", domain="torch2ms")
@@ -69,3 +70,12 @@ def group_normalization(em, *, num_groups=1, epsilon=1e-5):
     kw = {} if abs(epsilon - 1e-5) <= 1e-12 else {"eps": float(epsilon)}
     layer = em.layer("nn.GroupNorm", int(num_groups), channels, params=params, **kw)
     return f"{layer}({em.x(0)})"
+
+
+@converter("RMSNormalization", domain="torch2ms")
+def rms_normalization(em, *, axis=-1, epsilon=1e-5):
+    """torch2ms.RMSNormalization(X, Scale) -> X / sqrt(mean(X^2 over axes axis..) + epsilon) * Scale"""
+    axes = tuple(range(axis % em.rank(0), em.rank(0)))
+    x = em.x(0)
+    inv = f"ops.rsqrt(ops.mean(ops.square({x}), axis={axes!r}, keep_dims=True) + {literal(float(epsilon))})"
+    return f"{x} * {inv} * {em.operand(1)}"

@@ -3,7 +3,8 @@ GroupNormalization, RMSNormalization, LpNormalization, MeanVarianceNormalization
 
 BatchNorm momentum: ONNX and MindSpore both update ``moving = m * moving + (1 - m) * batch``;
 PyTorch's ``momentum`` is ``1 - m``. Only the inference form (one output, running statistics)
-is converted.
+is converted: rank 2 and 3 as ``nn.BatchNorm1d``, 4 as ``nn.BatchNorm2d``, 5 (3-D CNNs) as
+``nn.BatchNorm3d``, whose parameters sit on an inner ``bn2d`` cell.
 
 Instance and group normalization are one layer, ``nn.GroupNorm`` (``nn.InstanceNorm2d`` has no
 CPU kernel): instance normalization is group normalization with one channel per group. ONNX's
@@ -50,11 +51,13 @@ def batch_normalization(
     if not spatial:
         raise Unsupported("spatial=0 not supported")
     rank = em.rank(0)
-    cls = {4: "nn.BatchNorm2d", 2: "nn.BatchNorm1d", 3: "nn.BatchNorm1d"}.get(rank)
+    cls = {5: "nn.BatchNorm3d", 4: "nn.BatchNorm2d", 2: "nn.BatchNorm1d", 3: "nn.BatchNorm1d"}.get(rank)
     if cls is None:
-        raise Unsupported(f"input rank {rank} not supported (2, 3 or 4)")
+        raise Unsupported(f"input rank {rank} not supported (2, 3, 4 or 5)")
     gamma, beta, mean, var = (em.require_const(i, n) for i, n in zip(range(1, 5), ("scale", "B", "mean", "var")))
     params = {"gamma": gamma, "beta": beta, "moving_mean": mean, "moving_variance": var}
+    if rank == 5:  # nn.BatchNorm3d holds an nn.BatchNorm2d over (N, C, D * H, W)
+        params = {f"bn2d.{k}": v for k, v in params.items()}
     layer = em.layer(cls, int(em.shape(0)[1]), eps=float(epsilon), momentum=float(momentum), params=params)
     return f"{layer}({em.x(0)})"
 

@@ -45,9 +45,16 @@ def default_version(recipe: Recipe) -> str:
 
 
 def image_geometry(recipe: Recipe) -> tuple[bool, tuple[int, int] | None]:
-    """(does the model take one 1x3xHxW image, (H, W)); checks ``preprocess.resize`` against it."""
+    """(does the model take one 1x3xHxW float32 image, (H, W)); checks ``preprocess.resize`` against it.
+    Token ids, masks and other integer or bool inputs are never images: no preprocessing, no AIPP."""
     shape = recipe.inputs[0].shape
-    is_image = len(recipe.inputs) == 1 and len(shape) == 4 and shape[0] == 1 and shape[1] == 3
+    is_image = (
+        len(recipe.inputs) == 1
+        and len(shape) == 4
+        and shape[0] == 1
+        and shape[1] == 3
+        and recipe.inputs[0].dtype == "float32"
+    )
     size = (shape[2], shape[3]) if is_image else None
     resize = recipe.preprocess.resize
     if resize is not None and is_image and tuple(resize) != size:
@@ -76,6 +83,8 @@ def postprocess_spec(recipe: Recipe, out_name: str, out_shape: tuple[int, ...]) 
                 f"task: segmentation, but output {out_name!r} has shape {list(out_shape)}; expected N x classes x H x W"
             )
         kind = {"kind": "segmentation", "output": out_name, "op": "argmax over axis 1 (classes) -> class-index mask"}
+    elif recipe.task in ("sequence_classification", "language_model"):
+        return {"kind": "argmax", "output": out_name, "op": "argmax over the last axis (label or token per row)"}
     else:
         return {"kind": "none", "output": out_name, "class_names": None}
     if names is not None and len(names) != classes:
@@ -153,7 +162,14 @@ def _readme(
             "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with "
             "infer.py)."
         )
-        aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed float32 NCHW tensors."
+        aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed the tensors of `manifest.json`."
+        if any(i.dtype != "float32" for i in recipe.inputs):
+            pre_text = (
+                "Inputs "
+                + ", ".join(f"`{i.name}` {i.dtype} {list(i.shape)}" for i in recipe.inputs)
+                + ': one `.npy` per input with infer.py, or `infer.py --tokens "101 2023 102"` for token ids '
+                "(padded; a second input of the same shape gets the attention mask)."
+            )
     post = manifest["postprocess"]
     if post["kind"] == "detection":
         from torch2ms.package import detection
@@ -168,6 +184,10 @@ def _readme(
             "segmentation": (
                 f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
                 "PNG mask (argmax over classes) and the classes present (.json)."
+            ),
+            "argmax": (
+                f"Output `{post['output']}`: logits; infer.py writes them (.npy) and the argmax over the last axis "
+                "(the label of each sequence, or the predicted token at each position) (.json)."
             ),
             "none": f"Output `{post['output']}`: written as .npy by infer.py.",
         }[post["kind"]]

@@ -21,7 +21,7 @@ from torch2ms.passes.fold_bn import FoldBatchNorm, fold_bn_weights
 from torch2ms.passes.fuse_conv_bn_act import FuseConvBnAct
 from torch2ms.passes.fuse_dense import FuseDenseBnAct
 from torch2ms.passes.matmul_linear import MatMulToLinear
-from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, norm_passes
+from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, FuseRMSNorm, norm_passes
 
 
 def rebuild_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
@@ -47,6 +47,7 @@ __all__ = [
     "FuseMish",
     "FuseLayerNorm",
     "FuseGroupNorm",
+    "FuseRMSNorm",
     "FuseConvBnAct",
     "FuseDenseBnAct",
     "MatMulToLinear",

@@ -1,7 +1,8 @@
 """Fuse Conv -> BatchNormalization -> activation, and Conv -> activation, into one
-``torch2ms.ConvBnAct`` node, which the code generator writes as ``nn.Conv2dBnAct``.
+``torch2ms.ConvBnAct`` node, which the code generator writes as ``nn.Conv2dBnAct`` (2-D), or as
+a generated ``Conv3dBnAct`` cell of the same form (3-D: MindSpore has no such cell).
 
-Pattern: a 2-D ``Conv`` whose only consumer is an inference ``BatchNormalization``, or whose
+Pattern: a 2-D or 3-D ``Conv`` whose only consumer is an inference ``BatchNormalization``, or whose
 output goes straight to an activation; the activation is the only consumer of the block's
 output and one nn.Conv2dBnAct applies itself (``activations.activation_of``: ReLU, ReLU6,
 Sigmoid, SiLU, GELU, Mish, HardSigmoid, HardSwish, ELU, Tanh, LeakyReLU, PReLU with one slope
@@ -9,7 +10,7 @@ per channel). The decomposed activations (``x * Sigmoid(x)``, ...) are one node 
 formula passes run first.
 
 It does not fire when the conv output is used elsewhere (a graph output or a second consumer),
-or when the conv is not 2-D. When the activation cannot join (its input has other consumers,
+or when the conv is 1-D. When the activation cannot join (its input has other consumers,
 its parameters are not ones the cell computes, its formula could not be recognised), Conv + BN
 are fused without it and ``chains`` records why, for the coverage figure in the rebuild stage.
 
@@ -212,8 +213,8 @@ class FuseConvBnAct(LayerBnActFusion):
         conv = m.layer
         if m.bn is not None and _single_consumer(graph, conv.outputs[0]) is not m.bn:
             return "the conv output is used by more than the BatchNormalization"
-        if len(graph.values[conv.inputs[0]].shape or ()) != 4:
-            return "not a 2-D convolution"
+        if len(graph.values[conv.inputs[0]].shape or ()) not in (4, 5):
+            return "not a 2-D or 3-D convolution"
         if graph.const(conv.inputs[1]) is None or (
             len(conv.inputs) > 2 and conv.inputs[2] and graph.const(conv.inputs[2]) is None
         ):

@@ -18,6 +18,18 @@ GroupNorm, at every opset the TorchScript exporter targets::
 
 becomes ``torch2ms.GroupNormalization(x, gamma, beta; num_groups, epsilon)``. Both are
 converted by ``converters/fused.py`` into ``nn.LayerNorm`` / ``nn.GroupNorm`` holding the weights.
+
+RMSNorm (Llama, T5; ONNX RMSNormalization arrived only in opset 23)::
+
+    ms = ReduceMean(Pow(x, 2), trailing axes)       (or Mul(x, x))
+    r  = Div(1, Sqrt(Add(ms, eps)))                 (or Reciprocal(Sqrt(...)))
+    y  = Mul(x, r) [-> Mul(gamma)]                  (either operand order; Div(x, Sqrt(...)) too)
+
+becomes ``torch2ms.RMSNormalization(x, gamma; axis, epsilon)``; a Cast to x's own dtype on the
+way in or out (transformers computes RMSNorm "in float32") is dropped with it, unless another
+node reads the cast input too (Llama's residual does: then the Cast stays before the norm). MindSpore 2.10 has
+no RMSNorm cell and its ``ops.rms_norm`` kernel is Ascend-only (on CPU: "The kernel RmsNorm
+unregistered"), so the converter writes the formula as one expression with ``ops.rsqrt``.
 """
 
 from __future__ import annotations
@@ -181,5 +193,80 @@ class FuseGroupNorm(FormulaPattern):
         super().rewrite(graph, m)
 
 
+def _same_type_cast(graph: Graph, value: str) -> Node | None:
+    """The Cast producing ``value`` from a tensor of the same dtype (a no-op), if any."""
+    cast = _producer(graph, value, "Cast")
+    if cast is None or graph.values[cast.inputs[0]].dtype != graph.values[value].dtype:
+        return None
+    return cast
+
+
+def _reciprocal(graph: Graph, value: str) -> Node | None:
+    """The node computing ``value`` as ``Reciprocal(v)`` or ``Div(1, v)``, if so."""
+    inv = _producer(graph, value, "Reciprocal") or _producer(graph, value, "Div")
+    if inv is None or (inv.op_type == "Div" and _float(graph, inv.inputs[0]) != 1.0):
+        return None
+    return inv
+
+
+class FuseRMSNorm(FormulaPattern):
+    name = "fuse_rms_norm"
+
+    def match(self, graph: Graph, node: Node):
+        if node.domain not in ONNX or node.op_type not in ("Div", "Mul") or len(node.inputs) != 2:
+            return None
+        nodes = [node]
+        if node.op_type == "Div":  # x / Sqrt(...)
+            x, sqrt = node.inputs[0], _producer(graph, node.inputs[1], "Sqrt")
+        else:  # x * (1 / Sqrt(...)) or x * Reciprocal(Sqrt(...)), either order
+            found = [(a, _reciprocal(graph, b)) for a, b in (node.inputs, node.inputs[::-1]) if _reciprocal(graph, b)]
+            if not found:
+                return None
+            x, inv = found[0]
+            nodes.append(inv)
+            sqrt = _producer(graph, inv.inputs[-1], "Sqrt")
+        add = _producer(graph, sqrt.inputs[0], "Add") if sqrt is not None else None
+        if add is None:
+            return None
+        ms_out, eps = (add.inputs[0], add.inputs[1]) if _float(graph, add.inputs[1]) is not None else add.inputs[::-1]
+        mean, epsilon = _producer(graph, ms_out, "ReduceMean"), _float(graph, eps)
+        sq = graph.producer(mean.inputs[0]) if mean is not None else None
+        if epsilon is None or sq is None or sq.domain not in ONNX:
+            return None
+        if not (
+            (sq.op_type == "Pow" and sq.inputs[0] == x and _float(graph, sq.inputs[1]) == 2.0)
+            or (sq.op_type == "Mul" and sq.inputs == [x, x])
+        ):
+            return None
+        shape = tuple(graph.values[x].shape or ())
+        axes = _axes(graph, mean)
+        if not shape or axes is None or axes != tuple(range(len(shape) - len(axes), len(shape))):
+            return None
+        nodes += [sqrt, add, mean, sq]
+        cast_in = _same_type_cast(graph, x)
+        inside = {id(n) for n in nodes}
+        if cast_in is not None and all(id(u) in inside for u in graph.consumers(x)) and x not in graph.outputs:
+            nodes.append(cast_in)  # else (the residual reads the cast too) the no-op Cast stays before
+            x = cast_in.inputs[0]
+        last = node
+        users = graph.consumers(last.outputs[0])
+        if len(users) == 1 and users[0].op_type == "Cast" and _same_type_cast(graph, users[0].outputs[0]):
+            last = users[0]
+            nodes.append(last)
+        gamma = np.ones(tuple(shape[a] for a in axes), np.float32)
+        step = _affine_step(graph, last.outputs[0], "Mul")
+        g = _along(graph.const(step[1]), shape, axes) if step else None
+        if g is not None:
+            gamma, last = g, step[0]
+            nodes.append(last)
+        m = PatternMatch(last, x, nodes, "RMSNormalization", attrs={"axis": axes[0], "epsilon": epsilon})
+        m.extra = [("gamma", gamma)]
+        return m
+
+    def rewrite(self, graph: Graph, m: PatternMatch) -> None:
+        m.extra = [graph.add_const(f"{m.root.name}_{n}", a) for n, a in m.extra]
+        super().rewrite(graph, m)
+
+
 def norm_passes() -> list[FormulaPattern]:
-    return [FuseLayerNorm(), FuseGroupNorm()]
+    return [FuseLayerNorm(), FuseGroupNorm(), FuseRMSNorm()]

@@ -18,6 +18,8 @@ TASK_FIGURES = {
     "matched": "PyTorch detections matched",
     "detections": "of",
     "extra": "extra",
+    "worst_position_agreement": "worst position",
+    "mean_cosine": "mean",
 }
 
 

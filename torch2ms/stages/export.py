@@ -39,55 +39,7 @@ from torch2ms.graph.load import SUPPORTED_OPSETS, model_opset
 from torch2ms.graph.onnxrt import run_reference
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz, sha256_file
-
-
-def sample_inputs(recipe) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(recipe.check.seed)
-    samples = []
-    for k in range(recipe.check.samples):
-        sample = {}
-        for spec in recipe.inputs:
-            sources = spec.data_sources()
-            if k < len(sources):
-                arr = _load_sample(recipe, sources[k], spec)
-            else:
-                arr = rng.standard_normal(spec.shape).astype(np.float32)
-            sample[spec.name] = arr
-        samples.append(sample)
-    return samples
-
-
-def batch_samples(recipe) -> dict[int, dict[str, np.ndarray]]:
-    """One seeded sample per size of ``inputs[].batch`` other than shape[0] (the reference's):
-    dimension 0 of the inputs that list the sizes is that size, the other inputs keep their shape."""
-    batched = [i for i in recipe.inputs if len(i.batch_sizes()) > 1]
-    out = {}
-    for n in batched[0].batch_sizes() if batched else ():
-        if n == batched[0].shape[0]:
-            continue
-        rng = np.random.default_rng([recipe.check.seed, n])
-        out[n] = {
-            i.name: rng.standard_normal((n, *i.shape[1:]) if len(i.batch_sizes()) > 1 else i.shape).astype(np.float32)
-            for i in recipe.inputs
-        }
-    return out
-
-
-def _load_sample(recipe, entry: str, spec) -> np.ndarray:
-    path = recipe.resolve_data(entry)
-    if not entry.endswith(".npy"):
-        from torch2ms.postprocess.image import image_sample
-
-        return image_sample(path, spec.shape, recipe, f"inputs.{spec.name}.data")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise RecipeError(f"inputs.{spec.name}.data: cannot read {path} as .npy ({err})") from None
-    if tuple(arr.shape) != tuple(spec.shape):
-        raise RecipeError(
-            f"inputs.{spec.name}.data: {path} has shape {list(arr.shape)}, the recipe says {list(spec.shape)}"
-        )
-    return arr.astype(np.float32)
+from torch2ms.samples import batch_samples, sample_inputs
 
 
 class ExportStage(Stage):
@@ -103,7 +55,11 @@ class ExportStage(Stage):
         from torch2ms.model_loader import factory_source_sha256
 
         model = recipe.model.model_dump(mode="json")
-        source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
+        if recipe.model.onnx:
+            model["onnx_sha256"] = _existing_file_sha256(recipe, recipe.model.onnx, "model.onnx")
+            source = None
+        else:
+            source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
         if source:
             model["factory_source_sha256"] = source
         if recipe.model.checkpoint:
@@ -143,6 +99,10 @@ class ExportStage(Stage):
         from torch2ms.model_loader import build_model, flatten_outputs
 
         recipe = ctx.recipe
+        if recipe.model.onnx:  # an ONNX file as the source: imported, onnxruntime is the reference
+            from torch2ms.onnx_source import import_onnx
+
+            return import_onnx(ctx, out)
         model = build_model(recipe)  # not cached: a copy of the weights no later stage needs
         samples = sample_inputs(recipe)
         try:
@@ -541,7 +501,7 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
             return [
                 {
                     k: v.detach().numpy()
-                    for k, v in flatten_outputs(wide(*[torch.from_numpy(a).double() for a in s.values()])).items()
+                    for k, v in flatten_outputs(wide(*[_widen(torch.from_numpy(a)) for a in s.values()])).items()
                 }
                 for s in samples
             ]
@@ -572,6 +532,11 @@ def misses_recipe_bound(recipe, outputs, reference, batches=None, batch_referenc
     t = task_for(recipe)
     result = t.measure(recipe, outputs, reference) if t else None
     return result is not None and result.agreement < gate(recipe, t)
+
+
+def _widen(t):
+    """A float input in float64; token ids and masks as they are."""
+    return t.double() if t.is_floating_point() else t
 
 
 def float32_floor(outputs, wide) -> dict[str, list[float]] | None:

@@ -41,7 +41,7 @@ class MindirStage(Stage):
         # with inputs[].batch, dimension 0 of those inputs is dynamic (None): the board tools pick the sizes
         dynamic = {i.name for i in ctx.recipe.inputs if len(i.batch_sizes()) > 1}
         example = [
-            ms.Tensor(shape=[None, *v.shape[1:]], dtype=ms.float32) if name in dynamic else ms.Tensor(v)
+            ms.Tensor(shape=[None, *v.shape[1:]], dtype=ms.Tensor(v).dtype) if name in dynamic else ms.Tensor(v)
             for name, v in inputs[0].items()
         ]
         written = mindir_layout.export(ms, cell, *example, folder=out)

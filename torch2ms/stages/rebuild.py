@@ -2,9 +2,10 @@
 
 Every node is analysed before anything is written, and all unsupported ops are reported at
 once. Written-out activations and norms become one call each; Conv -> (BatchNorm) ->
-activation chains become ``nn.Conv2dBnAct`` and fully connected ones ``nn.Dense(activation=...)``
-(recipe ``rebuild.fuse_conv_bn_act``); the notes say how many chains were fused of those found,
-and why the others were not. Checked: the generated Cell in PyNative mode vs PyTorch.
+activation chains become ``nn.Conv2dBnAct`` (3-D: a generated ``Conv3dBnAct``) and fully
+connected ones ``nn.Dense(activation=...)`` (recipe ``rebuild.fuse_conv_bn_act``); the notes say
+how many chains were fused of those found, and why the others were not. Checked: the generated
+Cell in PyNative mode vs PyTorch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ class RebuildStage(Stage):
         c = record.get("counts", {})
         fusion = c.get("fusion") or {}
         blocks = blocks_text(fusion)
-        notes = f"{c.get('conv2d_bn_act')} Conv2dBnAct" + (f" ({blocks})" if blocks else "")
+        notes = f"{c.get('conv2d_bn_act')} Conv2dBnAct"
+        if c.get("conv3d_bn_act"):
+            notes += f", {c['conv3d_bn_act']} Conv3dBnAct"
+        notes += f" ({blocks})" if blocks else ""
         notes += f", {c.get('batchnorm_layers')} BatchNorm left"
         coverage = coverage_text(fusion)
         return f"{notes}; {coverage}" if coverage else notes

@@ -7,13 +7,19 @@ weights, the MindIR keeps them in model/network_variables/ beside network.mindir
 It does not need torch2ms or torch.
 
     python3 infer.py IMAGE.jpg [--out prediction]     # writes prediction.npy + prediction.json (+ prediction.png)
-    python3 infer.py INPUT.npy                        # a float32 NCHW tensor, used as is
+    python3 infer.py INPUT.npy [MASK.npy ...]         # one .npy per model input, in manifest order
+    python3 infer.py --tokens "101 2023 2003 102"     # token-id models: ids padded to the sequence length
     python3 infer.py --self-check                     # samples/reference.npz vs PyTorch's outputs
     python3 infer.py photo.jpg [--conf 0.25]          # detection bundles: detections.json + detections.png
 
 Preprocessing (manifest "preprocess"): convert to RGB, resize to the input's HxW with Pillow's
 BILINEAR filter (antialiased when shrinking), float32, reverse the channels for a "bgr" model,
 ``x = (pixel * scale - mean) / std`` per channel, HWC -> NCHW with a batch of 1.
+
+Integer and bool inputs (token ids, masks) take .npy files holding whole numbers of the manifest's
+dtype, or ``--tokens``: the ids fill every row of the first input from position 0, padded with
+``--pad-id``; a second integer or bool input of the same shape becomes the attention mask (1 at the
+given tokens, 0 on the padding).
 
 Detection bundles (manifest "postprocess" kind "detection") letterbox instead of resizing and run
 NMS on the host with ``postprocess.py`` (numpy; OpenCV's resize when ``cv2`` is importable). They
@@ -118,7 +124,9 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
         "rel_error": max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf")),
         "cosine": cosine,
     }
-    if expected.ndim >= 2 and expected.shape[1] > 1:
+    if expected.dtype.kind in "biu":  # token ids, masks, labels: exactly
+        out["mismatched"] = int((actual.astype(np.int64) != expected.astype(np.int64)).sum())
+    elif expected.ndim >= 2 and expected.shape[1] > 1:
         out["argmax_agreement"] = float((actual.argmax(axis=1) == expected.argmax(axis=1)).mean())
     return out
 
@@ -137,9 +145,10 @@ def self_check(model: Model, manifest: dict, rtol: float | None) -> bool:
     for j, name in enumerate(outs):
         a, r = np.stack([g[j] for g in got]), arrays[f"output.{name}"]
         m = compare(a.reshape(-1, *a.shape[2:]), r.reshape(-1, *r.shape[2:]))  # samples x batch -> rows
-        good = m["rel_error"] <= tol["rel_error"] and m["cosine"] >= tol["cosine"]
+        good = m["rel_error"] <= tol["rel_error"] and m["cosine"] >= tol["cosine"] and not m.get("mismatched")
         ok &= good
         extra = f", argmax agreement {m['argmax_agreement']:.6f}" if "argmax_agreement" in m else ""
+        extra += f", {m['mismatched']} elements differ (compared exactly)" if m.get("mismatched") else ""
         print(
             f"{'ok  ' if good else 'FAIL'} output {name!r}: rel error {m['rel_error']:.3g} (<= {tol['rel_error']:g}), "
             f"cosine {m['cosine']:.7f} (>= {tol['cosine']}){extra}  [{n} samples]"
@@ -315,6 +324,8 @@ def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
             {"index": int(i), "name": names[i] if names else None, "probability": round(float(probs[i]), 6)}
             for i in top
         ]
+    elif post["kind"] == "argmax":  # sequence labels, or the predicted token at every position
+        result["argmax"] = logits.argmax(axis=-1).tolist()
     elif post["kind"] == "segmentation":
         from PIL import Image
 
@@ -330,9 +341,54 @@ def postprocess(outputs: list[np.ndarray], manifest: dict, stem: Path) -> dict:
     return result
 
 
+class InputError(Exception):
+    """An input file or option that does not fit the model's inputs (exit 2)."""
+
+
+def load_array(path: Path, spec: dict) -> np.ndarray:
+    """One .npy input as the manifest's dtype and shape; integer and bool inputs need exact values."""
+    x = np.load(path, allow_pickle=False)
+    if list(x.shape) != list(spec["shape"]):
+        raise InputError(f"{path} has shape {list(x.shape)}, input {spec['name']!r} takes {spec['shape']}")
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    if dtype.kind in "biu":
+        if x.dtype.kind not in "biuf" or (
+            x.dtype.kind == "f" and not (np.isfinite(x).all() and (x == np.round(x)).all())
+        ):
+            raise InputError(f"{path} holds {x.dtype} values; input {spec['name']!r} takes whole numbers ({dtype})")
+        if dtype.kind == "b" and not np.isin(x, (0, 1)).all():
+            raise InputError(f"{path}: input {spec['name']!r} is a bool mask; give 0/1 values")
+    return x.astype(dtype)
+
+
+def token_inputs(tokens: str, pad_id: int, specs: list[dict]) -> list[np.ndarray]:
+    """``--tokens``: the ids in every row of the first input, padded; a second integer/bool input of
+    the same shape is the attention mask (1 at the tokens, 0 on the padding)."""
+    first = specs[0]
+    if np.dtype(first.get("dtype", "float32")).kind not in "iu" or len(first["shape"]) != 2:
+        raise InputError(f"--tokens needs a (batch, sequence) integer first input; {first['name']!r} is not")
+    try:
+        ids = [int(t) for t in tokens.replace(",", " ").split()]
+    except ValueError:
+        raise InputError(f"--tokens {tokens!r}: give integer token ids separated by spaces or commas") from None
+    batch, length = first["shape"]
+    if not ids or len(ids) > length:
+        raise InputError(f"--tokens: give 1 to {length} ids (the model's sequence length), got {len(ids)}")
+    row = np.full(length, pad_id, np.int64)
+    row[: len(ids)] = ids
+    arrays = [np.tile(row, (batch, 1)).astype(first["dtype"])]
+    for spec in specs[1:]:
+        if list(spec["shape"]) != list(first["shape"]) or np.dtype(spec.get("dtype", "float32")).kind not in "biu":
+            raise InputError(f"--tokens: input {spec['name']!r} is not a mask of the ids' shape; pass .npy files")
+        arrays.append(np.tile(np.arange(length) < len(ids), (batch, 1)).astype(spec["dtype"]))
+    return arrays
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("input", nargs="?", help="an image file (jpg/png/...) or a .npy float32 NCHW tensor")
+    p.add_argument("input", nargs="*", help="an image file (jpg/png/...), or one .npy per model input")
+    p.add_argument("--tokens", default=None, help='token ids for a token-id model, e.g. "101 2023 102"')
+    p.add_argument("--pad-id", type=int, default=0, help="the id --tokens pads with (default 0)")
     p.add_argument("--out", default=None, help="output path stem (default: prediction, detections for detectors)")
     p.add_argument("--conf", type=float, default=None, help="detection confidence threshold (default: the manifest's)")
     p.add_argument(
@@ -356,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     args = p.parse_args(argv)
-    if not args.self_check and not args.input:
-        p.error("give an INPUT file or --self-check")
+    if not args.self_check and not args.input and args.tokens is None:
+        p.error("give an INPUT file, --tokens or --self-check")
     manifest = load_manifest()
     detecting = manifest["postprocess"]["kind"] == "detection"
     out = Path(args.out or ("detections" if detecting else "prediction"))
@@ -388,27 +444,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.self_check:
         return 0 if self_check(model, manifest, args.rtol) else 1
-    src = Path(args.input)
-    if not src.is_file():
-        print(f"error: {src}: no such file", file=sys.stderr)
+    specs = manifest["inputs"]
+    try:
+        if args.tokens is not None:
+            arrays = token_inputs(args.tokens, args.pad_id, specs)
+        elif all(Path(a).suffix == ".npy" for a in args.input):
+            missing = [a for a in args.input if not Path(a).is_file()]
+            if missing:
+                raise InputError(f"{missing[0]}: no such file")
+            if len(args.input) != len(specs):
+                raise InputError(
+                    f"the model takes {len(specs)} inputs ({', '.join(i['name'] for i in specs)}), got "
+                    f"{len(args.input)} .npy files"
+                )
+            arrays = [load_array(Path(a), spec) for a, spec in zip(args.input, specs)]
+        else:
+            src = Path(args.input[0])
+            if len(args.input) != 1 or not src.is_file():
+                raise InputError(f"{args.input}: give one existing image file, or one .npy per model input")
+            if detecting:
+                x, rgb, geometry = detection_input(src, manifest)
+                result = detections(model([x]), manifest, rgb, geometry, out, args.conf)
+                print(json.dumps({**result, "detections": len(result["detections"])}, indent=2))
+                return 0
+            if not manifest["preprocess"].get("image_input"):
+                raise InputError("this model's input is not a 3-channel image; pass .npy tensors (or --tokens)")
+            arrays = [preprocess(src, manifest)]
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    if src.suffix == ".npy":
-        x = np.load(src, allow_pickle=False).astype(np.float32)
-        want = tuple(manifest["inputs"][0]["shape"])
-        if x.shape != want:
-            print(f"error: {src} has shape {list(x.shape)}, the model takes {list(want)}", file=sys.stderr)
-            return 2
-    elif detecting:
-        x, rgb, geometry = detection_input(src, manifest)
-        result = detections(model([x]), manifest, rgb, geometry, out, args.conf)
-        print(json.dumps({**result, "detections": len(result["detections"])}, indent=2))
-        return 0
-    else:
-        if not manifest["preprocess"].get("image_input"):
-            print("error: this model's input is not a 3-channel image; pass a .npy tensor", file=sys.stderr)
-            return 2
-        x = preprocess(src, manifest)
-    result = postprocess(model([x]), manifest, out)
+    result = postprocess(model(arrays), manifest, out)
     print(json.dumps(result, indent=2))
     return 0
 
