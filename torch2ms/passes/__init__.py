@@ -14,6 +14,7 @@ from torch2ms.passes.activations import (
     FuseSilu,
     activation_passes,
 )
+from torch2ms.passes.ascend import MaxPoolPadToPad, PowToMul, ascend_passes
 from torch2ms.passes.base import Pass, run_passes
 from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
@@ -57,4 +58,7 @@ __all__ = [
     "norm_passes",
     "rebuild_passes",
     "fold_passes",
+    "ascend_passes",
+    "PowToMul",
+    "MaxPoolPadToPad",
 ]

@@ -1,5 +1,8 @@
 """Stage 3, fold: BatchNorm folded into the preceding convolution's weights and bias.
 
+With ``fold.ascend_rewrites`` (the default) the Ascend rewrites run last (``torch2ms.passes.ascend``):
+ops the 310 would run on AI CPU become AI Core equivalents, checked against PyTorch like the rest.
+
 The same generation as rebuild from ``export/model.onnx``, plus the ``FoldBatchNorm`` pass (formula in
 ``torch2ms.passes.fold_bn``): fused blocks become ``nn.Conv2dBnAct(has_bn=False,
 has_bias=True)``. Checked: the folded Cell in PyNative mode vs PyTorch. Reports how many
@@ -11,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch2ms.conversion import generate_network
-from torch2ms.passes import fold_passes
+from torch2ms.passes import ascend_passes, fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput
 
 
@@ -35,7 +38,10 @@ class FoldStage(Stage):
         return f"{c.get('batchnorm_folded')} BatchNorm folded, {c.get('batchnorm_left')} left"
 
     def run(self, ctx, out: Path) -> StageOutput:
-        result = generate_network(ctx, out, fold_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "fold")
+        passes = fold_passes(ctx.recipe.rebuild.fuse_conv_bn_act)
+        if ctx.recipe.fold.ascend_rewrites:
+            passes += ascend_passes()
+        result = generate_network(ctx, out, passes, "fold")
         result.counts["batchnorm_folded"] = result.counts["passes"].get("fold_batchnorm", 0)
         result.counts["batchnorm_left"] = result.counts["batchnorm_layers"]
         return result

@@ -1,0 +1,183 @@
+"""Rewrites that move work to the Ascend AI Core (the Atlas tuning article's "replace ops").
+
+**Pow with a constant exponent** becomes element-wise ops the vector unit runs and UB fusion
+chains (the article: ``Pow`` on AI CPU, replaced by ``Mul``, ran "much faster"). For a scalar
+exponent ``e``::
+
+    e = n (integer, 2 <= n <= 16)   square-and-multiply: x*x, (x*x)*x, (x*x)*(x*x), ...
+    e = 1                           x
+    e = 0.5                         Sqrt(x)
+    e = -1                          Reciprocal(x)
+    e = -0.5                        Reciprocal(Sqrt(x))
+    e = n + 0.5 (n >= 1)            x^n * Sqrt(x)
+    e = -n (integer, n >= 2)        Reciprocal(x^n)
+
+These are exact in real arithmetic; in floating point ``x*x`` is the correctly rounded square
+(``pow`` is at best that), and a chain of n multiplications rounds at most ``ceil(log2 n) + 1``
+times. It does not fire on a non-constant exponent, an exponent that differs per element, one
+with no such form (``x ** 0.3``) or an integer base with a fractional exponent.
+
+**MaxPool with padding** (``nn.MaxPool2d(pad_mode='pad')`` in MindSpore 2.10 builds
+``MaxPool3DWithArgmax``, which the 310 runs on AI CPU only) becomes an explicit ``Pad`` with
+``-inf`` followed by an unpadded ``MaxPool`` (``MaxPool`` and ``PadV3D`` have AI Core kernels):
+a max over a window that includes ``-inf`` padding is the max over its real taps, so the result
+is identical. It does not fire with ``ceil_mode``, dilations, the ``Indices`` output, or
+``auto_pad``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torch2ms.graph.ir import Graph, Node, Value
+from torch2ms.passes.base import Pass, replace_node
+
+MAX_POWER = 16
+
+
+@dataclass
+class PowMatch:
+    node: Node
+    exponent: float | None
+
+
+def pow_plan(e: float) -> tuple[int, bool, bool] | None:
+    """``(n, sqrt, reciprocal)`` with ``x^e = [1/](x^n [* sqrt(x)])``, or None when there is no such form."""
+    neg = e < 0
+    a = abs(e)
+    n, half = int(np.floor(a)), a - np.floor(a)
+    if half not in (0.0, 0.5) or n > MAX_POWER or a == 0:
+        return None
+    return n, half == 0.5, neg
+
+
+class PowToMul(Pass):
+    name = "ascend_pow_to_mul"
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type != "Pow" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            return None
+        c = graph.const(node.inputs[1])
+        if c is None:
+            return PowMatch(node, None)
+        flat = np.asarray(c, dtype=np.float64).reshape(-1)
+        return PowMatch(node, float(flat[0]) if flat.size and (flat == flat[0]).all() else float("nan"))
+
+    def check(self, graph: Graph, m: PowMatch) -> str | None:
+        if m.exponent is None:
+            return "the exponent is not a constant"
+        if np.isnan(m.exponent):
+            return "the exponent differs per element"
+        plan = pow_plan(m.exponent)
+        if plan is None:
+            return f"exponent {m.exponent:g} has no Mul/Sqrt/Reciprocal form"
+        x = graph.values[m.node.inputs[0]]
+        if (plan[1] or plan[2]) and x.dtype is not None and np.dtype(x.dtype).kind != "f":
+            return f"exponent {m.exponent:g} on an integer base"
+        out = graph.values[m.node.outputs[0]]
+        if x.shape is not None and out.shape is not None and tuple(x.shape) != tuple(out.shape):
+            return "the exponent broadcasts the base to a larger shape"
+        return None
+
+    def rewrite(self, graph: Graph, m: PowMatch) -> None:
+        node, x = m.node, m.node.inputs[0]
+        n, sqrt, recip = pow_plan(m.exponent)
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        like = graph.values[x]
+        new: list[Node] = []
+
+        def emit(op: str, inputs: list[str]) -> str:
+            out = f"{node.outputs[0]}__pow{len(new)}"
+            graph.values[out] = Value(out, like.shape, like.dtype)
+            new.append(Node(f"{base}/{op}_pow{len(new)}", op, inputs, [out], origin=list(node.origin)))
+            return out
+
+        # square-and-multiply for x^n
+        acc, sq, k = None, x, n
+        while k:
+            if k & 1:
+                acc = sq if acc is None else emit("Mul", [acc, sq])
+            k >>= 1
+            if k:
+                sq = emit("Mul", [sq, sq])
+        if sqrt:
+            r = emit("Sqrt", [x])
+            acc = r if acc is None else emit("Mul", [acc, r])
+        if recip:
+            acc = emit("Reciprocal", [acc])
+        result = node.outputs[0]
+        if new:
+            new[-1].outputs = [result]
+            del graph.values[f"{result}__pow{len(new) - 1}"]
+            graph.values[result] = Value(
+                result, graph.values[result].shape if result in graph.values else like.shape, like.dtype
+            )
+            i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+            graph.nodes[i : i + 1] = new
+        else:  # x^1
+            replace_node(graph, node, Node(f"{base}/Identity_pow", "Identity", [x], [result], origin=list(node.origin)))
+
+
+@dataclass
+class PoolMatch:
+    node: Node
+    pads: list[int]
+
+
+class MaxPoolPadToPad(Pass):
+    name = "ascend_maxpool_explicit_pad"
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx"):
+            return None
+        pads = [int(p) for p in node.attrs.get("pads", [])]
+        return PoolMatch(node, pads) if any(pads) else None
+
+    def check(self, graph: Graph, m: PoolMatch) -> str | None:
+        a = m.node.attrs
+        if a.get("ceil_mode", 0):
+            return "ceil_mode=1"
+        if any(d != 1 for d in a.get("dilations", [1])):
+            return "dilated window"
+        if len([o for o in m.node.outputs if o]) > 1:
+            return "the Indices output is used"
+        if a.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            return "auto_pad"
+        x = graph.values[m.node.inputs[0]]
+        if x.dtype is None or np.dtype(x.dtype).kind != "f":
+            return "integer input (no -inf to pad with)"
+        return None
+
+    def rewrite(self, graph: Graph, m: PoolMatch) -> None:
+        node = m.node
+        x = graph.values[node.inputs[0]]
+        rank = len(x.shape)
+        k = len(m.pads) // 2
+        onnx_pads = [0, 0] + m.pads[:k] + [0, 0] + m.pads[k:]  # ONNX Pad: all begins, then all ends
+        padded_shape = tuple(
+            int(d) + (m.pads[i - 2] + m.pads[i - 2 + k] if i >= 2 else 0) for i, d in enumerate(x.shape)
+        )
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        pads_v = graph.add_const(f"{node.name}__pads", np.array(onnx_pads, np.int64))
+        value_v = graph.add_const(f"{node.name}__neg_inf", np.array(-np.inf, np.dtype(x.dtype)))
+        out = f"{node.inputs[0]}__padded_{len(graph.values)}"
+        graph.values[out] = Value(out, padded_shape if rank else None, x.dtype)
+        pad = Node(
+            f"{base}/Pad_pool",
+            "Pad",
+            [node.inputs[0], pads_v, value_v],
+            [out],
+            {"mode": "constant"},
+            origin=list(node.origin),
+        )
+        attrs = {k2: v for k2, v in node.attrs.items() if k2 != "pads"}
+        pool = Node(node.name, "MaxPool", [out], list(node.outputs), attrs, origin=list(node.origin))
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        graph.nodes[i : i + 1] = [pad, pool]
+
+
+def ascend_passes() -> list[Pass]:
+    """The rewrites for Ascend targets, after the fold stage's passes."""
+    return [PowToMul(), MaxPoolPadToPad()]
