@@ -87,7 +87,8 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _is_scalar(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant))
+    """Python arithmetic on constants only (``2 * 3 + -1``): evaluated in Python, runs nowhere."""
+    return not any(isinstance(n, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)) for n in ast.walk(node))
 
 
 def calls_in(source: str, layers: dict[str, tuple[str, tuple, dict]]) -> list[tuple[str, dict, tuple]]:
@@ -120,9 +121,11 @@ def calls_in(source: str, layers: dict[str, tuple[str, tuple, dict]]) -> list[tu
                 continue
             if name.split(".")[0] in ("ops", "nn", "P"):
                 found.append((name, kw, args))
-        elif isinstance(n, ast.BinOp) and not (_is_scalar(n.left) and _is_scalar(n.right)):
+        elif isinstance(n, (ast.BinOp, ast.UnaryOp, ast.Compare)) and _is_scalar(n):
+            continue
+        elif isinstance(n, ast.BinOp):
             found.append((_BINOPS.get(type(n.op), type(n.op).__name__), {}, ()))
-        elif isinstance(n, ast.UnaryOp) and not _is_scalar(n):
+        elif isinstance(n, ast.UnaryOp):
             if isinstance(n.op, ast.USub):
                 found.append(("neg", {}, ()))
             elif isinstance(n.op, (ast.Invert, ast.Not)):
