@@ -22,7 +22,7 @@ from torch2ms.ascend.report import ascend_report, render
 from torch2ms.ascend.table import AI_CORE, AI_CPU, NONE, UNSUPPORTED, load, place
 from torch2ms.errors import EXIT_USAGE
 from torch2ms.graph.load import graph_from_model
-from torch2ms.passes import MaxPoolPadToPad, PowToMul, fold_passes, run_passes
+from torch2ms.passes import ExpandHardActivations, MaxPoolPadToPad, PowToMul, fold_passes, run_passes
 
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
@@ -292,3 +292,53 @@ def test_render_names_every_ai_cpu_op_with_its_module_and_reason():
     assert "AI CPU      MaxPool3DWithArgmax x1 [float16] (nn.MaxPool2d): no AI Core kernel for the 310" in text
     assert "at stem.pool" in text
     assert not [o for info in place_graph(g) for o in info.ops if o.where.placement == UNKNOWN]
+
+
+def hard_model(kind: str, alpha: float = 1 / 6):
+    """Conv -> BN -> HardSwish (fused into one Conv2dBnAct), or a lone HardSigmoid(alpha, 0.5)."""
+    if kind == "HardSwish":
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from test_passes import conv_bn_model
+
+        return conv_bn_model("HardSwish")
+    node = helper.make_node("HardSigmoid", ["x"], ["y"], name="/gate/HardSigmoid", alpha=alpha, beta=0.5)
+    return _model([node], [])
+
+
+@pytest.mark.parametrize("kind", ["HardSwish", "HardSigmoid"])
+def test_hard_activations_expand_to_ai_core_ops_and_keep_numbers(kind, tmp_path):
+    model = hard_model(kind)
+    g = _graph(model)
+    run_passes(g, fold_passes())
+    before = summary(place_graph(g))
+    assert [(o["op"], o["placement"]) for o in before["off_ai_core"]] == [(kind, UNSUPPORTED)]
+    assert ExpandHardActivations().apply(g) == 1
+    after = summary(place_graph(g))
+    assert after["off_ai_core"] == []
+    ops = [n.op_type for n in g.nodes]
+    assert ops[-4:] == ["Mul", "Add", "Clip", "Mul"] if kind == "HardSwish" else ops == ["Mul", "Add", "Clip"]
+    if kind == "HardSwish":  # the fused cell keeps conv + BN, without its activation
+        conv = next(n for n in g.nodes if n.op_type == "ConvBnAct")
+        assert conv.attrs["activation"] == ""
+    x = RNG.uniform(-5, 5, (1, 3, 8, 8)).astype(np.float32)
+    got, source = _run_converted(g, x, tmp_path)
+    assert "hswish" not in source and "hardswish" not in source and "hardsigmoid" not in source
+    np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_hard_activation_expansion_must_not_fire_on_other_activations():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_passes import conv_bn_model
+
+    g = _graph(conv_bn_model("Relu"))
+    run_passes(g, fold_passes())
+    p = ExpandHardActivations()
+    assert p.apply(g) == 0 and p.skipped == []
+    assert next(n for n in g.nodes if n.op_type == "ConvBnAct").attrs["activation"] == "Relu"
+    g = _graph(hard_model("HardSigmoid", alpha=0.2))  # its converter writes Clip(0.2 x + 0.5) already
+    assert p.apply(g) == 0
+    assert p.skipped == [("/gate/HardSigmoid", "HardSigmoid(alpha=0.2, beta=0.5) is written as its formula already")]

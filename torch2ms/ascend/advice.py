@@ -92,7 +92,7 @@ class ResizeAdvice:
     src: tuple[int, int]
     dst: tuple[int, int]
     aligned: bool
-    nearest_src: tuple[int, int]  # nearest input size meeting the rule for this output
+    nearest_src: tuple[int, int] | None  # nearest input size meeting the rule for this output, if near
     pair: tuple[tuple[int, int], tuple[int, int]] | None  # (src + 1, k * src + 1) when dst = k * src
 
 
@@ -119,7 +119,9 @@ def resize_alignment(graph: Graph, infos: list[NodeInfo]) -> list[ResizeAdvice]:
             continue
         src, dst = (int(x[2]), int(x[3])), (int(y[2]), int(y[3]))
         ok = all(_aligned(s, d) for s, d in zip(src, dst))
-        nearest = tuple(s if _aligned(s, d) else _nearest_aligned(s, d) for s, d in zip(src, dst))
+        near = [s if _aligned(s, d) else _nearest_aligned(s, d) for s, d in zip(src, dst)]
+        # an aligned size far from the model's (32 -> 2 for an output of 128) is no advice
+        nearest = tuple(near) if all(abs(n - s) <= max(2, s // 4) for n, s in zip(near, src)) else None
         pair = None
         if all(d % s == 0 for s, d in zip(src, dst)) and not ok:
             pair = (tuple(s + 1 for s in src), tuple(d + 1 for d in dst))

@@ -86,8 +86,8 @@ def _conv_bn_act(s: Site) -> tuple[str, ...]:
 def _dense(s: Site) -> tuple[str, ...]:
     bias = ("BiasAdd",) if s.kwargs.get("has_bias", True) else ()
     bn = ("BNInfer",) if s.kwargs.get("has_bn") else ()
-    mm = "BatchMatMul" if s.rank() > 2 else "MatMulV2"
-    return (mm, *bias, *bn, *_activation(s.kwargs))
+    # nn.Dense flattens the leading axes itself: one 2-D MatMul whatever the input's rank
+    return ("MatMulV2", *bias, *bn, *_activation(s.kwargs))
 
 
 def _matmul(s: Site) -> tuple[str, ...]:

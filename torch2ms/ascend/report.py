@@ -102,9 +102,10 @@ def advice_lines(rep: dict) -> list[str]:
     n = len(rep["resize"])
     lines.append(f"Resize alignment ((dst-1)/(src-1) integral): {n - len(bad)} of {n} resizes aligned")
     for r in bad:
-        pair = f"; or {r['pair'][0]} -> {r['pair'][1]}" if r["pair"] else ""
+        fixes = [f"input {r['nearest_src']} for this output"] if r["nearest_src"] else []
+        fixes += [f"{r['pair'][0]} -> {r['pair'][1]}"] if r["pair"] else []
         lines.append(
-            f"  {r['module']}: {r['src']} -> {r['dst']}; nearest aligned input for this output {r['nearest_src']}{pair}"
+            f"  {r['module']}: {r['src']} -> {r['dst']}; aligned: {' or '.join(fixes) or 'no size near this one'}"
         )
     ub = rep["ub_fusion"]
     lines.append("UB fusion chains: " + (", ".join(f"{k} x{v}" for k, v in ub["chains"].items()) or "none"))

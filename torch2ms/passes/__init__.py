@@ -14,7 +14,7 @@ from torch2ms.passes.activations import (
     FuseSilu,
     activation_passes,
 )
-from torch2ms.passes.ascend import MaxPoolPadToPad, PowToMul, ascend_passes
+from torch2ms.passes.ascend import ExpandHardActivations, MaxPoolPadToPad, PowToMul, ascend_passes
 from torch2ms.passes.base import Pass, run_passes
 from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
@@ -61,4 +61,5 @@ __all__ = [
     "ascend_passes",
     "PowToMul",
     "MaxPoolPadToPad",
+    "ExpandHardActivations",
 ]

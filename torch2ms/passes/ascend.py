@@ -23,6 +23,16 @@ with no such form (``x ** 0.3``) or an integer base with a fractional exponent.
 a max over a window that includes ``-inf`` padding is the max over its real taps, so the result
 is identical. It does not fire with ``ceil_mode``, dilations, the ``Indices`` output, or
 ``auto_pad``.
+
+**HardSwish / HardSigmoid** have no kernel in the 310's op list (AI Core or MindSpore AI CPU), as
+an op or as the activation a fused ``Conv2dBnAct`` / ``Dense`` applies. They become their
+formulas, every op of which has an AI Core kernel (``Muls``/``Adds`` are ``Mul``/``Add`` by a
+scalar, ``ClipByValue``)::
+
+    HardSigmoid(x; alpha, beta) = Clip(x * alpha + beta, 0, 1)
+    HardSwish(x)                = x * HardSigmoid(x; 1/6, 1/2)
+
+A fused cell keeps its convolution/matmul (and BatchNorm) and loses only the activation.
 """
 
 from __future__ import annotations
@@ -178,6 +188,73 @@ class MaxPoolPadToPad(Pass):
         graph.nodes[i : i + 1] = [pad, pool]
 
 
+HARD_ACTS = ("HardSwish", "HardSigmoid")
+
+
+@dataclass
+class HardMatch:
+    node: Node
+    kind: str  # HardSwish | HardSigmoid
+    fused: bool  # the activation of a fused cell (attrs["activation"]) rather than a node of its own
+
+
+class ExpandHardActivations(Pass):
+    name = "ascend_expand_hard_activations"
+
+    def match(self, graph: Graph, node: Node):
+        if node.attrs.get("activation") in HARD_ACTS:
+            return HardMatch(node, node.attrs["activation"], True)
+        if node.op_type in HARD_ACTS and node.domain in ("", "ai.onnx", "torch2ms"):
+            return HardMatch(node, node.op_type, False)
+        return None
+
+    def check(self, graph: Graph, m: HardMatch) -> str | None:
+        if m.kind == "HardSigmoid" and not m.fused:
+            alpha, beta = float(m.node.attrs.get("alpha", 0.2)), float(m.node.attrs.get("beta", 0.5))
+            if abs(alpha - 1 / 6) > 1e-7 or abs(beta - 0.5) > 1e-7:
+                return f"HardSigmoid(alpha={alpha:g}, beta={beta:g}) is written as its formula already"
+        x = graph.values[m.node.outputs[0] if m.fused else m.node.inputs[0]]
+        if x.dtype is None or np.dtype(x.dtype).kind != "f":
+            return "not a float tensor"
+        return None
+
+    def rewrite(self, graph: Graph, m: HardMatch) -> None:
+        node, result = m.node, m.node.outputs[0]
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        like = graph.values[result]
+        if m.fused:  # the cell keeps its conv/matmul: its output becomes the formula's input
+            x = f"{result}__pre_{m.kind.lower()}"
+            graph.values[x] = Value(x, like.shape, like.dtype)
+            node.attrs = {k: v for k, v in node.attrs.items() if k not in ("activation", "alpha", "beta")}
+            node.attrs["activation"] = ""
+            node.outputs = [x, *node.outputs[1:]]
+            head = [node]
+        else:
+            x = node.inputs[0]
+            head = []
+        alpha, beta = 1 / 6, 0.5  # nn.HSigmoid's, the only ones a kernel-less HardSigmoid has (check)
+        dt = np.dtype(like.dtype)
+        consts = {k: graph.add_const(f"{result}__{k}", np.array(v, dt)) for k, v in
+                  (("alpha", alpha), ("beta", beta), ("zero", 0.0), ("one", 1.0))}  # fmt: skip
+        new: list[Node] = []
+
+        def emit(op: str, inputs: list[str], out: str | None = None) -> str:
+            out = out or f"{result}__{m.kind.lower()}{len(new)}"
+            graph.values.setdefault(out, Value(out, like.shape, like.dtype))
+            new.append(Node(f"{base}/{op}_{m.kind.lower()}{len(new)}", op, inputs, [out], origin=list(node.origin)))
+            return out
+
+        scaled = emit("Mul", [x, consts["alpha"]])
+        shifted = emit("Add", [scaled, consts["beta"]])
+        if m.kind == "HardSigmoid":
+            emit("Clip", [shifted, consts["zero"], consts["one"]], result)
+        else:
+            gate = emit("Clip", [shifted, consts["zero"], consts["one"]])
+            emit("Mul", [x, gate], result)
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        graph.nodes[i : i + 1] = head + new
+
+
 def ascend_passes() -> list[Pass]:
     """The rewrites for Ascend targets, after the fold stage's passes."""
-    return [PowToMul(), MaxPoolPadToPad()]
+    return [PowToMul(), MaxPoolPadToPad(), ExpandHardActivations()]

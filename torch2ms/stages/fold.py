@@ -18,6 +18,24 @@ from torch2ms.passes import ascend_passes, fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput
 
 
+def ascend_counts(ctx, fuse: bool, rewrites: bool) -> dict:
+    """The zoo's Ascend 310 figures for the folded network: ops on AI CPU (with and without the
+    rewrites) and the MACs lost to channel padding (``torch2ms.ascend``)."""
+    from torch2ms.ascend.report import ascend_report
+
+    graph = ctx.onnx_graph(ctx.artifact("model.onnx"))
+    rep = ascend_report(graph, "fp16", fuse=fuse, rewrites=rewrites)
+    before = ascend_report(graph, "fp16", fuse=fuse, rewrites=False) if rewrites else rep
+    off = rep["placement"]["off_ai_core"]
+    return {
+        "ai_cpu_ops": rep["placement"]["ai_cpu_ops"],
+        "ai_cpu_ops_unrewritten": before["placement"]["ai_cpu_ops"],
+        "off_ai_core": [f"{g['op']} x{g['count']} ({g['placement']})" for g in off],
+        "channel_waste_pct": rep["channels"]["waste_pct"],
+        "ascend_rewrites": rep["rewrites"],
+    }
+
+
 class FoldStage(Stage):
     name = "fold"
     summary = "BatchNorm folded into the conv weights and bias"
@@ -42,6 +60,7 @@ class FoldStage(Stage):
         if ctx.recipe.fold.ascend_rewrites:
             passes += ascend_passes()
         result = generate_network(ctx, out, passes, "fold")
+        result.counts.update(ascend_counts(ctx, ctx.recipe.rebuild.fuse_conv_bn_act, ctx.recipe.fold.ascend_rewrites))
         result.counts["batchnorm_folded"] = result.counts["passes"].get("fold_batchnorm", 0)
         result.counts["batchnorm_left"] = result.counts["batchnorm_layers"]
         return result

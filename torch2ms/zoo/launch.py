@@ -293,6 +293,8 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         conv2d_bn_act=get("counts", "conv2d_bn_act"),
         fusion_coverage=coverage_cell(get("counts", "fusion")),
         batchnorm_folded=get("counts", "batchnorm_folded"),
+        ai_cpu_ops=get("counts", "ai_cpu_ops"),
+        channel_waste_pct=get("counts", "channel_waste_pct"),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
         peak_rss_mb=peak_rss,
