@@ -342,3 +342,19 @@ def test_hard_activation_expansion_must_not_fire_on_other_activations():
     g = _graph(hard_model("HardSigmoid", alpha=0.2))  # its converter writes Clip(0.2 x + 0.5) already
     assert p.apply(g) == 0
     assert p.skipped == [("/gate/HardSigmoid", "HardSigmoid(alpha=0.2, beta=0.5) is written as its formula already")]
+
+
+def test_bundle_compatibility_section_places_the_deployed_network(tmp_path):
+    from torch2ms.ascend.report import markdown
+    from torch2ms.package import compat
+
+    path = tmp_path / "stem.onnx"
+    onnx.save(stem_model(), path)
+    kept = compat.ascend_placement(path, {"x": (1, 3, 9, 9)}, "fp16", True, False, "Ascend310B4")
+    assert kept["target_soc"] == "Ascend310B4"
+    (warning,) = compat.placement_warnings(kept)
+    assert warning.startswith("[slow] MaxPool3DWithArgmax x1 runs on AI CPU (nn.MaxPool2d; first at stem.pool)")
+    text = "\n".join(markdown(kept))
+    assert "## Op placement on the Ascend310 (fp16)" in text and "| AI CPU | MaxPool3DWithArgmax | 1 |" in text
+    rewritten = compat.ascend_placement(path, {"x": (1, 3, 9, 9)}, "fp16", True, True, "Ascend310")
+    assert compat.placement_warnings(rewritten) == [] and rewritten["rewrites"] == {"ascend_maxpool_explicit_pad": 1}

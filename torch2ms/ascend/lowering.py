@@ -10,7 +10,8 @@ converter can emit one).
 Sources of the lowerings: MindSpore's primitive names (``mindspore.ops.operations``) and CANN's op
 types, which for the ops below have the same name or the static-shape ``...D`` variant TBE
 registers (``ConcatD``, ``TransposeD``, ...); layer cells by what their ``construct`` calls in
-MindSpore 2.10 (``nn.MaxPool2d`` with ``pad_mode='pad'`` builds ``MaxPool3DWithArgmax``;
+MindSpore 2.10 (``nn.MaxPool2d`` with ``pad_mode='pad'`` builds ``MaxPool3DWithArgmax``,
+``nn.AvgPool2d`` with it ``AvgPool3D``, ``nn.GroupNorm`` calls ``ops.group_norm``;
 ``nn.Dense`` is ``MatMul`` + ``BiasAdd``; ``nn.Conv1d`` is a ``Conv2D`` over an expanded axis);
 composites by MindSpore's own expansions (``SiLU`` = ``Sigmoid`` * x, its graph-kernel expander).
 Shape-only ops (``Reshape``, ``ExpandDims``, ``Squeeze``) are listed: GE executes them as
@@ -101,7 +102,14 @@ def _max_pool(s: Site) -> tuple[str, ...]:
 
 
 def _avg_pool(s: Site) -> tuple[str, ...]:
-    return ("AvgPoolV2",) if s.kwargs.get("pad_mode") == "pad" else ("AvgPool",)
+    # nn.AvgPool{1,2}d with pad_mode='pad' is built on AvgPool3D over an added axis
+    return ("AvgPool3D",) if s.kwargs.get("pad_mode") == "pad" else ("AvgPool",)
+
+
+def _max_pool3d(s: Site) -> tuple[str, ...]:
+    # nn.MaxPool3d: MaxPool3DWithArgmax for dilation / return_indices, MaxPool3D otherwise
+    dilated = s.kwargs.get("dilation", 1) not in (1, (1, 1, 1))
+    return ("MaxPool3DWithArgmax",) if dilated or s.kwargs.get("return_indices") else ("MaxPool3D",)
 
 
 def _pad(s: Site) -> tuple[str, ...]:
@@ -150,15 +158,14 @@ LOWERING: dict[str, Lowering] = {
     "nn.Linear": _dense,
     "nn.MaxPool1d": _max_pool,
     "nn.MaxPool2d": _max_pool,
-    "nn.MaxPool3d": ("MaxPool3D",),
-    "nn.AvgPool1d": ("AvgPool1DD",),
+    "nn.MaxPool3d": _max_pool3d,
+    "nn.AvgPool1d": _avg_pool,
     "nn.AvgPool2d": _avg_pool,
     "nn.AvgPool3d": ("AvgPool3D",),
     "nn.BatchNorm1d": ("BNInfer",),
     "nn.BatchNorm2d": ("BNInfer",),
     "nn.LayerNorm": ("LayerNorm",),
-    # MindSpore 2.10 nn.GroupNorm.construct: reshape to groups, ReduceMean, Square, Sqrt, RealDiv, Mul, Add
-    "nn.GroupNorm": ("ReduceMeanD", "SquaredDifference", "ReduceMeanD", "Adds", "Sqrt", "RealDiv", "Mul", "Add"),
+    "nn.GroupNorm": ("GroupNorm",),  # MindSpore 2.10 nn.GroupNorm.construct calls ops.group_norm
     "nn.InstanceNorm2d": ("INInferV2",),
     "nn.LRN": ("LRN",),
     "nn.PReLU": ("PRelu",),
