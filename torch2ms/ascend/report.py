@@ -18,12 +18,19 @@ from torch2ms.graph.ir import Graph
 TOP_WASTE = 8
 
 
-def ascend_report(graph: Graph, precision: str = "fp16", fuse: bool = True, rewrites: bool = True) -> dict:
-    """Placement and advice of ``graph`` (as exported) after the fold stage's passes (and the Ascend rewrites)."""
+def ascend_report(
+    graph: Graph, precision: str = "fp16", fuse: bool = True, rewrites: bool = True, inplace: bool = False
+) -> dict:
+    """Placement and advice of ``graph`` (as exported) after the fold stage's passes and, with
+    ``rewrites``, the Ascend rewrites; ``placement_unrewritten`` is the placement before them.
+    ``inplace``: the passes rewrite ``graph`` itself (no copy of its weights)."""
     from torch2ms.passes import ascend_passes, fold_passes, run_passes
 
-    g = copy.deepcopy(graph)
-    fired = run_passes(g, fold_passes(fuse) + (ascend_passes() if rewrites else []))
+    g = graph if inplace else copy.deepcopy(graph)
+    fired = run_passes(g, fold_passes(fuse))
+    unrewritten = summary(place_graph(g, precision))
+    if rewrites:
+        fired.update(run_passes(g, ascend_passes()))
     infos = place_graph(g, precision)
     convs = advice.channel_waste(g, precision)
     worst = sorted((c for c in convs if c.waste), key=lambda c: -c.waste)
@@ -34,6 +41,7 @@ def ascend_report(graph: Graph, precision: str = "fp16", fuse: bool = True, rewr
         "sources": {"ai_core": prov["ai_core"]["source"], "ai_cpu": prov["ai_cpu"]["source"]},
         "rewrites": {k: v for k, v in fired.items() if k.startswith("ascend_") and v},
         "placement": summary(infos),
+        "placement_unrewritten": {k: unrewritten[k] for k in ("counts", "ai_cpu_ops")},
         "channels": {
             **advice.waste_totals(convs),
             "convs": len(convs),

@@ -23,13 +23,11 @@ def ascend_counts(ctx, fuse: bool, rewrites: bool) -> dict:
     rewrites) and the MACs lost to channel padding (``torch2ms.ascend``)."""
     from torch2ms.ascend.report import ascend_report
 
-    graph = ctx.onnx_graph(ctx.artifact("model.onnx"))
-    rep = ascend_report(graph, "fp16", fuse=fuse, rewrites=rewrites)
-    before = ascend_report(graph, "fp16", fuse=fuse, rewrites=False) if rewrites else rep
+    rep = ascend_report(ctx.onnx_graph(ctx.artifact("model.onnx")), "fp16", fuse=fuse, rewrites=rewrites, inplace=True)
     off = rep["placement"]["off_ai_core"]
     return {
         "ai_cpu_ops": rep["placement"]["ai_cpu_ops"],
-        "ai_cpu_ops_unrewritten": before["placement"]["ai_cpu_ops"],
+        "ai_cpu_ops_unrewritten": rep["placement_unrewritten"]["ai_cpu_ops"],
         "off_ai_core": [f"{g['op']} x{g['count']} ({g['placement']})" for g in off],
         "channel_waste_pct": rep["channels"]["waste_pct"],
         "ascend_rewrites": rep["rewrites"],

@@ -294,6 +294,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         fusion_coverage=coverage_cell(get("counts", "fusion")),
         batchnorm_folded=get("counts", "batchnorm_folded"),
         ai_cpu_ops=get("counts", "ai_cpu_ops"),
+        ai_cpu_ops_unrewritten=get("counts", "ai_cpu_ops_unrewritten"),
         channel_waste_pct=get("counts", "channel_waste_pct"),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
