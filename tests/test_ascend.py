@@ -22,7 +22,14 @@ from torch2ms.ascend.report import ascend_report, render
 from torch2ms.ascend.table import AI_CORE, AI_CPU, NONE, UNSUPPORTED, load, place
 from torch2ms.errors import EXIT_USAGE
 from torch2ms.graph.load import graph_from_model
-from torch2ms.passes import ExpandHardActivations, MaxPoolPadToPad, PowToMul, fold_passes, run_passes
+from torch2ms.passes import (
+    ExpandGroupNorm,
+    ExpandHardActivations,
+    MaxPoolPadToPad,
+    PowToMul,
+    fold_passes,
+    run_passes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
@@ -358,3 +365,39 @@ def test_bundle_compatibility_section_places_the_deployed_network(tmp_path):
     assert "## Op placement on the Ascend310 (fp16)" in text and "| AI CPU | MaxPool3DWithArgmax | 1 |" in text
     rewritten = compat.ascend_placement(path, {"x": (1, 3, 9, 9)}, "fp16", True, True, "Ascend310")
     assert compat.placement_warnings(rewritten) == [] and rewritten["rewrites"] == {"ascend_maxpool_explicit_pad": 1}
+
+
+def norm_model(op: str, opset: int = 17, runtime_scale: bool = False):
+    """A lone InstanceNormalization, or GroupNormalization (opset 18: scale and bias per group)."""
+    c, groups = 6, 3
+    n_params = groups if op == "GroupNormalization" else c
+    inits = [_const("b", RNG.standard_normal(n_params))]
+    inputs = ["x", "s", "b"]
+    if not runtime_scale:
+        inits.append(_const("s", RNG.uniform(0.5, 1.5, n_params)))
+    attrs = {"epsilon": 1e-3} | ({"num_groups": groups} if op == "GroupNormalization" else {})
+    node = helper.make_node(op, inputs, ["y"], name=f"/norm/{op}", **attrs)
+    model = _model([node], inits, shape=(2, c, 4, 5), opset=opset)
+    if runtime_scale:
+        model.graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [n_params]))
+    return model
+
+
+@pytest.mark.parametrize("op,opset", [("InstanceNormalization", 17), ("GroupNormalization", 18)])
+def test_group_norm_expands_to_ai_core_ops_and_keeps_numbers(op, opset, tmp_path):
+    model = norm_model(op, opset)
+    g = graph_from_model(model, opset, {"x": (2, 6, 4, 5)})
+    assert [(o["op"], o["placement"]) for o in summary(place_graph(g))["off_ai_core"]] == [("GroupNorm", UNSUPPORTED)]
+    assert ExpandGroupNorm().apply(g) == 1
+    assert summary(place_graph(g))["off_ai_core"] == []
+    assert [n.op_type for n in g.nodes].count("ReduceMean") == 2
+    x = RNG.standard_normal((2, 6, 4, 5)).astype(np.float32) * 3 + 1
+    got, source = _run_converted(g, x, tmp_path)
+    assert "nn.GroupNorm" not in source
+    np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=2e-5)
+
+
+def test_group_norm_expansion_must_not_fire_on_a_runtime_scale():
+    g = graph_from_model(norm_model("InstanceNormalization", runtime_scale=True), 17, {"x": (2, 6, 4, 5), "s": (6,)})
+    p = ExpandGroupNorm()
+    assert p.apply(g) == 0 and p.skipped == [("/norm/InstanceNormalization", "scale or bias is not a constant")]

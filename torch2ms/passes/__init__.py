@@ -14,7 +14,13 @@ from torch2ms.passes.activations import (
     FuseSilu,
     activation_passes,
 )
-from torch2ms.passes.ascend import ExpandHardActivations, MaxPoolPadToPad, PowToMul, ascend_passes
+from torch2ms.passes.ascend import (
+    ExpandGroupNorm,
+    ExpandHardActivations,
+    MaxPoolPadToPad,
+    PowToMul,
+    ascend_passes,
+)
 from torch2ms.passes.base import Pass, run_passes
 from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
@@ -62,4 +68,5 @@ __all__ = [
     "PowToMul",
     "MaxPoolPadToPad",
     "ExpandHardActivations",
+    "ExpandGroupNorm",
 ]

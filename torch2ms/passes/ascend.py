@@ -33,6 +33,13 @@ scalar, ``ClipByValue``)::
     HardSwish(x)                = x * HardSigmoid(x; 1/6, 1/2)
 
 A fused cell keeps its convolution/matmul (and BatchNorm) and loses only the activation.
+
+**GroupNorm** (``nn.GroupNorm``, which MindSpore 2.10 builds on ``ops.group_norm``; also how
+InstanceNormalization is written) has no kernel in the 310's op list either. For ``x`` of shape
+``(N, C, *S)`` in ``G`` groups it becomes::
+
+    r = Reshape(x, (N, G, -1));  d = r - ReduceMean(r, 2)
+    y = Reshape(d / Sqrt(ReduceMean(d * d, 2) + eps), x.shape) * gamma + beta   (gamma, beta per channel)
 """
 
 from __future__ import annotations
@@ -255,6 +262,66 @@ class ExpandHardActivations(Pass):
         graph.nodes[i : i + 1] = head + new
 
 
+GROUP_NORMS = {("", "InstanceNormalization"), ("", "GroupNormalization"), ("torch2ms", "GroupNormalization")}
+
+
+class ExpandGroupNorm(Pass):
+    name = "ascend_expand_group_norm"
+
+    def match(self, graph: Graph, node: Node):
+        return node if (node.domain if node.domain != "ai.onnx" else "", node.op_type) in GROUP_NORMS else None
+
+    def check(self, graph: Graph, node: Node) -> str | None:
+        x = graph.values[node.inputs[0]]
+        if x.shape is None or len(x.shape) < 3:
+            return "input rank below 3"
+        if x.dtype is None or np.dtype(x.dtype).kind != "f":
+            return "not a float tensor"
+        if len(node.inputs) < 3 or graph.const(node.inputs[1]) is None or graph.const(node.inputs[2]) is None:
+            return "scale or bias is not a constant"
+        return None
+
+    def rewrite(self, graph: Graph, node: Node) -> None:
+        x = graph.values[node.inputs[0]]
+        shape, dt = tuple(int(d) for d in x.shape), np.dtype(x.dtype)
+        n, c = shape[0], shape[1]
+        groups = c if node.op_type == "InstanceNormalization" else int(node.attrs.get("num_groups", 1))
+        gamma, beta = (np.asarray(graph.const(i), dt).reshape(-1) for i in node.inputs[1:3])
+        if gamma.size == groups != c:  # opset 18-20 GroupNormalization: one per group
+            gamma, beta = np.repeat(gamma, c // groups), np.repeat(beta, c // groups)
+        per_channel = (1, c) + (1,) * (len(shape) - 2)
+        eps = float(node.attrs.get("epsilon", 1e-5))
+        result = node.outputs[0]
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        grouped = (n, groups, int(np.prod(shape)) // (n * groups))
+        stat = (n, groups, 1)
+        new: list[Node] = []
+
+        def const(tag: str, value) -> str:
+            return graph.add_const(f"{result}__{tag}", np.asarray(value))
+
+        def emit(op: str, inputs: list[str], out_shape, attrs=None, out: str | None = None) -> str:
+            out = out or f"{result}__gn{len(new)}"
+            graph.values[out] = Value(out, tuple(out_shape), dt)
+            new.append(Node(f"{base}/{op}_gn{len(new)}", op, inputs, [out], attrs or {}, origin=list(node.origin)))
+            return out
+
+        def mean(v: str) -> str:
+            if graph.opset >= 18:
+                return emit("ReduceMean", [v, const("axes", np.array([2], np.int64))], stat, {"keepdims": 1})
+            return emit("ReduceMean", [v], stat, {"axes": [2], "keepdims": 1})
+
+        r = emit("Reshape", [node.inputs[0], const("grouped", np.array(grouped, np.int64))], grouped)
+        d = emit("Sub", [r, mean(r)], grouped)
+        var = mean(emit("Mul", [d, d], grouped))
+        std = emit("Sqrt", [emit("Add", [var, const("eps", np.array(eps, dt))], stat)], stat)
+        normed = emit("Reshape", [emit("Div", [d, std], grouped), const("shape", np.array(shape, np.int64))], shape)
+        scaled = emit("Mul", [normed, const("gamma", gamma.reshape(per_channel))], shape)
+        emit("Add", [scaled, const("beta", beta.reshape(per_channel))], shape, out=result)
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        graph.nodes[i : i + 1] = new
+
+
 def ascend_passes() -> list[Pass]:
     """The rewrites for Ascend targets, after the fold stage's passes."""
-    return [PowToMul(), MaxPoolPadToPad(), ExpandHardActivations()]
+    return [PowToMul(), MaxPoolPadToPad(), ExpandHardActivations(), ExpandGroupNorm()]
