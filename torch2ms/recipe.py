@@ -163,8 +163,8 @@ class FoldSpec(_Strict):
     ascend_rewrites: bool = Field(
         default=True,
         description="rewrite ops the Ascend 310 runs on AI CPU into AI Core equivalents (Pow with a constant "
-        "exponent -> Mul/Sqrt/Reciprocal, padded MaxPool -> Pad + MaxPool); numerically exact or checked like "
-        "every fold rewrite",
+        "exponent -> Mul/Sqrt/Reciprocal, padded MaxPool -> Pad + MaxPool, HardSwish/HardSigmoid and GroupNorm -> "
+        "their formulas); checked against PyTorch like every fold rewrite",
     )
 
 
