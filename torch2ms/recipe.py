@@ -229,6 +229,12 @@ class RebuildSpec(_Strict):
 
 class FoldSpec(_Strict):
     enabled: bool = True
+    ascend_rewrites: bool = Field(
+        default=True,
+        description="rewrite ops the Ascend 310 runs on AI CPU into AI Core equivalents (Pow with a constant "
+        "exponent -> Mul/Sqrt/Reciprocal, padded MaxPool -> Pad + MaxPool, HardSwish/HardSigmoid and GroupNorm -> "
+        "their formulas); checked against PyTorch like every fold rewrite",
+    )
 
 
 class CompileSpec(_Strict):

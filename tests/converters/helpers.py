@@ -30,6 +30,7 @@ from converters import exact
 from onnx import helper, numpy_helper
 
 from torch2ms import msutil
+from torch2ms.ascend.placement import UNKNOWN, place_graph
 from torch2ms.conversion import convert_graph
 from torch2ms.converters.registry import analyse, lookup
 from torch2ms.graph.load import graph_from_model
@@ -184,6 +185,9 @@ def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple
         reg = lookup(n.op_type, graph.opset, n.domain)
         if reg is not None:
             RAN.add((reg.domain, reg.op_type, reg.since))
+    # every MindSpore call this code holds has a placement on the Ascend 310 (torch2ms/ascend/lowering.py)
+    unknown = sorted({o.call for info in place_graph(graph) for o in info.ops if o.where.placement == UNKNOWN})
+    assert not unknown, f"add {unknown} to torch2ms/ascend/lowering.py (the CANN ops they lower to)"
     results = {}
     try:
         for mode in MODES:

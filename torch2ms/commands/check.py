@@ -14,6 +14,10 @@ import typer
 from torch2ms.cli_app import app, console, out_console
 from torch2ms.errors import OnnxError, Torch2msError, UnsupportedOpsError
 
+# chips with a derived op-placement table (torch2ms/ascend/ascend310.json)
+ASCEND_TARGETS = ("ascend310",)
+PRECISIONS = ("fp16", "fp32", "int8")
+
 
 def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
     shapes = {}
@@ -50,7 +54,7 @@ def _export_for(recipe_path: Path, out: Path | None):
                 highlight=False,
             )
     shapes = {i.name: tuple(i.shape) for i in r.inputs}
-    return runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold.enabled
+    return runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold
 
 
 @app.command()
@@ -68,12 +72,27 @@ def check(
     shape: list[str] = typer.Option(
         [], "--shape", help="static shape of a dynamic input of the ONNX file, e.g. input=1,3,224,224 (repeatable)"
     ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="also place every op of the deployed (fold-stage) network on this chip and give its tuning advice: "
+        + ", ".join(ASCEND_TARGETS),
+    ),
+    precision: str = typer.Option(
+        "fp16", "--precision", help="with --target: the packaged precision, fp16, fp32 or int8"
+    ),
 ) -> None:
     """Report every unsupported op and attribute of a model without converting it (exit 2 if any)."""
     from torch2ms.conversion import find_problems
     from torch2ms.converters.registry import format_problems
     from torch2ms.graph import load_onnx
 
+    if target is not None and target not in ASCEND_TARGETS:
+        raise Torch2msError(
+            f"--target {target!r} is not a chip torch2ms can place ops on", hint=", ".join(ASCEND_TARGETS)
+        )
+    if precision not in PRECISIONS:
+        raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if (model is None) == (recipe is None):
         raise Torch2msError(
             "give an ONNX file or --recipe, not both" if model else "nothing to check",
@@ -82,9 +101,10 @@ def check(
     if recipe is not None:
         if shape:
             raise Torch2msError("--shape is for an ONNX file; with --recipe the shapes are the recipe's inputs[].shape")
-        path, shapes, fuse, fold = _export_for(recipe, out)
+        path, shapes, fuse, fold_spec = _export_for(recipe, out)
+        fold, rewrites = fold_spec.enabled, fold_spec.ascend_rewrites
     else:
-        path, shapes, fuse, fold = model, parse_shapes(shape), True, True
+        path, shapes, fuse, fold, rewrites = model, parse_shapes(shape), True, True, True
     try:
         graph = load_onnx(path, shapes)
     except OnnxError as err:
@@ -102,3 +122,9 @@ def check(
         highlight=False,
         soft_wrap=True,
     )
+    if target is not None:
+        from torch2ms.ascend.report import ascend_report, render
+
+        rep = ascend_report(graph, precision, fuse=fuse, rewrites=rewrites)
+        for line in render(rep):
+            out_console.print(line, highlight=False, soft_wrap=True, markup=False)

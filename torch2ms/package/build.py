@@ -322,6 +322,11 @@ def build_bundle(
         plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     log("scanning the model for the target and measuring the fp16 error budget")
     report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
+    log("placing every op on AI Core / AI CPU (op lists of the Ascend 310)")
+    shapes = {i.name: tuple(i.shape) for i in recipe.inputs}
+    fuse, rewrites = recipe.rebuild.fuse_conv_bn_act, recipe.fold.ascend_rewrites
+    report["ascend"] = compat.ascend_placement(onnx_path, shapes, precision, fuse, rewrites, target.soc_version)
+    report["warnings"] += compat.placement_warnings(report["ascend"])
     aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
     if aipp_configs:
         log("checking the AIPP configs against the recipe's preprocessing")

@@ -330,6 +330,27 @@ def build_report(
     }
 
 
+def ascend_placement(onnx_path: Path, shapes: dict, precision: str, fuse: bool, rewrites: bool, soc: str) -> dict:
+    """Every op of the deployed (fold-stage) network placed on AI Core / AI CPU, with the tuning
+    advice (``torch2ms.ascend``). The placement table is the Ascend 310's; for another chip it is
+    the nearest public list, and the report says so."""
+    from torch2ms.ascend.report import ascend_report
+    from torch2ms.graph import load_onnx
+
+    rep = ascend_report(load_onnx(onnx_path, shapes), precision, fuse=fuse, rewrites=rewrites)
+    rep["target_soc"] = soc
+    return rep
+
+
+def placement_warnings(rep: dict) -> list[str]:
+    """One warning per op type the placement puts off AI Core."""
+    return [
+        f"[{'slow' if g['placement'] == 'AI CPU' else 'error'}] {g['op']} x{g['count']} runs on {g['placement']} "
+        f"({', '.join(g['calls'])}; first at {g['where'][0]}): {g['reason']}"
+        for g in rep["placement"]["off_ai_core"]
+    ]
+
+
 def report_markdown(rep: dict, target, model: str) -> str:
     lines = [f"# Target compatibility: {model} on {target.board} ({target.soc_version})", ""]
     if rep["warnings"]:
@@ -362,6 +383,15 @@ def report_markdown(rep: dict, target, model: str) -> str:
         ]
     if rep.get("aipp"):
         lines += ["", *aipp_markdown(rep["aipp"])]
+    if rep.get("ascend"):
+        from torch2ms.ascend.report import markdown
+
+        lines += [""] + markdown(rep["ascend"])
+        if rep["ascend"]["target_soc"] != "Ascend310":
+            lines += [
+                f"The placement uses the Ascend 310's op list, the nearest public one: {target.soc_version}'s own "
+                "list may place some ops differently.",
+            ]
     lines += [
         "",
         "## Checks",

@@ -14,6 +14,13 @@ from torch2ms.passes.activations import (
     FuseSilu,
     activation_passes,
 )
+from torch2ms.passes.ascend import (
+    ExpandGroupNorm,
+    ExpandHardActivations,
+    MaxPoolPadToPad,
+    PowToMul,
+    ascend_passes,
+)
 from torch2ms.passes.base import Pass, run_passes
 from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
@@ -58,4 +65,9 @@ __all__ = [
     "norm_passes",
     "rebuild_passes",
     "fold_passes",
+    "ascend_passes",
+    "PowToMul",
+    "MaxPoolPadToPad",
+    "ExpandHardActivations",
+    "ExpandGroupNorm",
 ]

@@ -27,6 +27,10 @@ class ModelRow:
     conv2d_bn_act: int | None = None
     fusion_coverage: str | None = None  # Conv->(BN)->act chains fused / found, e.g. "49/49"
     batchnorm_folded: int | None = None
+    # CANN ops the Ascend 310 runs off AI Core (on AI CPU, or with no kernel), after the rewrites (torch2ms.ascend)
+    off_ai_core_ops: int | None = None
+    off_ai_core_ops_unrewritten: int | None = None  # the same without fold.ascend_rewrites
+    channel_waste_pct: float | None = None  # convolution MACs computed on channel padding (C0 = 16), %
     convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
     latency_ms: float | None = None  # the compiled network's median
     peak_rss_mb: float | None = None  # the worker process's
@@ -66,6 +70,9 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("Conv2dBnAct", "conv2d_bn_act", "d"),
     ("fusion coverage", "fusion_coverage", "s"),
     ("BN folded", "batchnorm_folded", "d"),
+    ("off AI Core ops", "off_ai_core_ops", "d"),  # AI CPU or no kernel on the 310 (docs/ascend310.md)
+    ("off AI Core unrewritten", "off_ai_core_ops_unrewritten", "d"),
+    ("channel waste %", "channel_waste_pct", ".2f"),
     ("convert s", "convert_s", ".1f"),
     ("latency ms", "latency_ms", ".2f"),
     ("peak RSS MB", "peak_rss_mb", ".0f"),
