@@ -320,8 +320,12 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     else:
         lines += ["## Kept in fp32", ""]
         lines += [
-            f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_json_error(k['error']))}"
-            + ("" if k["measured"] == "alone" else f" (block of {k['measured']})")
+            (
+                f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_json_error(k['error']))}"
+                if k["measured"] == "alone"
+                else f"- `{k['label']}` ({k['op']}), estimated {_fmt(_json_error(k['error']))} from its block of "
+                f"{k['measured']}"
+            )
             for k in plan["keep_fp32"]
         ]
         lines += [
