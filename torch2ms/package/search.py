@@ -101,10 +101,15 @@ class Unreachable(Exception):
         self.verdict = verdict
 
 
+def split_priority(b: Block) -> float:
+    """Which block step 1 halves next: the one with the largest error alone."""
+    return b.error
+
+
 def rank_blocks(n: int, alone: Trials, budget: int, negligible: float) -> list[Block]:
     """Step 1: blocks by group-wise bisection, most sensitive first."""
     whole = Block(0, n, alone(range(n)).error)
-    heap = [(-whole.error, 0, whole)]
+    heap = [(-split_priority(whole), 0, whole)]
     done: list[Block] = []
     spent = 0
     while heap:
@@ -115,7 +120,7 @@ def rank_blocks(n: int, alone: Trials, budget: int, negligible: float) -> list[B
         mid = (b.start + b.stop) // 2
         for lo, hi in ((b.start, mid), (mid, b.stop)):
             half = Block(lo, hi, alone(range(lo, hi)).error)
-            heapq.heappush(heap, (-half.error, lo, half))
+            heapq.heappush(heap, (-split_priority(half), lo, half))
         spent += 2
     return sorted(done, key=lambda b: (-b.score, b.start))
 
