@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -63,24 +62,21 @@ def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions
     raise_for(result)
     onnx_path, ref_path = (result.root / writer_of(n, recipe) / n for n in ("model.onnx", "reference.npz"))
     inputs, reference = split_reference(load_npz(ref_path))
-    t0 = time.perf_counter()
     emu = Fp16Emulator(onnx_path, inputs, list(reference[0]))
-    sens = precision.sensitivity(emu, reference)
-    sens_s = time.perf_counter() - t0
     plans = {}
     before = precision.judge(recipe, emu.run(), reference)["error"]
     # a fraction of the all-fp16 error: a bound this network misses, so that the plan has work to do
     bounds = list(bounds) + [float(f"{f * precision._json_error(before):.2g}") for f in fractions]
     for b in bounds:
         r = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": b})})
-        plan = precision.make_plan(r, onnx_path, inputs, reference, emulator=emu, sens=sens)
-        plans[str(b)] = {k: plan[k] for k in ("before", "after", "keep_fp32", "emulations", "layers", "bound")}
+        plan = precision.make_plan(r, onnx_path, inputs, reference, emulator=emu)
+        plans[str(b)] = {
+            k: plan[k] for k in ("before", "after", "keep_fp32", "emulations", "layers", "bound", "search", "seconds")
+        }
     truth = precision.true_fp16(recipe, inputs, reference, emu.run(), result.root / writer_of("network.py", recipe))
     return {
         "name": recipe.name,
         "samples": len(inputs),
-        "sensitivity_seconds": round(sens_s, 1),
-        "top": [{k: s[k] for k in ("label", "op", "error")} for s in sorted(sens, key=lambda s: -s["error"])[:5]],
         "plans": plans,
         "truth": truth,
     }

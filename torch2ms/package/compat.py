@@ -230,13 +230,16 @@ class Fp16Emulator:
         f[list(fp32)] = False
         return f
 
-    def run(self, fp32: Collection[int] = (), only: int | None = None) -> list[dict[str, np.ndarray]]:
-        """Outputs per sample with every candidate in fp16 except ``fp32`` (indices into ``names``)."""
+    def run(
+        self, fp32: Collection[int] = (), only: int | None = None, samples: int | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        """Outputs per sample (the first ``samples`` of them) with every candidate in fp16 except
+        ``fp32`` (indices into ``names``)."""
         flags = self.flags(fp32, only)
         self.runs += 1
         return [
             dict(zip(self.output_names, self.session.run(self.output_names, {**s, self.FLAGS: flags})))
-            for s in self.inputs
+            for s in self.inputs[:samples]
         ]
 
 

@@ -1,18 +1,14 @@
 """The fp16 plan: which layers to keep in fp32 on an Ascend board, and the files that tell its tools.
 
-**Method.** One emulation (``compat.Fp16Emulator``: the ONNX in onnxruntime, fp16 rounding of a
+**Method.** The emulator (``compat.Fp16Emulator``: the ONNX in onnxruntime, fp16 rounding of a
 node's inputs, weights and outputs switchable per node, fp32 accumulation) on the run's reference
-samples, against PyTorch's outputs:
-
-1. *before*: every node in fp16;
-2. *sensitivity* of node ``i``: the error at the outputs when ``i`` alone runs in fp16 (not
-   measured when step 1 already meets the bound: there is nothing to keep in fp32);
-3. *plan*: nodes in decreasing sensitivity are kept in fp32 until the outputs meet the bound
-   (``precision.fp16_rel_error`` on every output's ``max|a - r| / max|r|``, and
-   ``check.task_agreement`` when the recipe sets it). The smallest such prefix is found by
-   doubling then bisection; then each kept node, least sensitive first, is dropped again when
-   the plan still meets the bound without it;
-4. *after*: the plan emulated as a whole (every node in fp16 except the plan), the figures shipped.
+samples, against PyTorch's outputs, judged by ``judge``: ``precision.fp16_rel_error`` on every
+output's ``max|a - r| / max|r|``, and ``check.task_agreement`` when the recipe sets it. The set
+of nodes kept in fp32 is found by ``search.search`` (group-wise bisection ranks the nodes on the
+first sample, the shortest ranked prefix kept in fp32 that meets the bound, kept blocks tried in
+fp16 again), which takes "emulate this set in fp16 -> verdict" as a function and is not tied to
+fp16. Every plan it accepts was emulated as a whole on every sample; those are the figures
+shipped. When every node in fp16 already meets the bound nothing else is emulated.
 
 **What it does not model.** Accumulation inside a kernel stays fp32 (true of the cube unit's
 conv/matmul; vector kernels such as large reductions or softmax may accumulate in fp16 on the
@@ -54,7 +50,9 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
+from torch2ms.package import compat, search
 from torch2ms.package.compat import Fp16Emulator, _json_error, _sig, emulation_metrics
+from torch2ms.package.search import Verdict
 
 ASCEND_IR_TYPES = {
     "Conv": "Conv2D",  # 4-D weights; Conv3D for 5-D (ATC docs, quantizable layers)
@@ -67,7 +65,16 @@ ASCEND_IR_TYPES = {
     "BatchNormalization": "BatchNorm",
     "Relu": "Relu",
 }
-PRUNE_MAX = 40  # try dropping kept nodes again only for plans up to this size (one emulation each)
+RANK_BUDGET = 24  # screening emulations for the group-wise bisection that ranks the layers
+RELEASE_BUDGET = 12  # full emulations trying kept blocks in fp16 again
+SCREEN_SAMPLES = 1  # the ranking is measured on this many reference samples; the plan on all of them
+NEGLIGIBLE = 0.1  # a block whose error alone is under this fraction of the bound is not split
+SEARCH = (
+    f"group-wise bisection over blocks of consecutive layers (up to {RANK_BUDGET} emulations on the first "
+    f"{SCREEN_SAMPLES} sample(s)) ranks the layers; the shortest ranked prefix kept in fp32 that meets the bound "
+    f"(doubling, bisection); kept blocks tried in fp16 again, halved when they break it (up to {RELEASE_BUDGET}); "
+    "every accepted plan emulated on all samples"
+)
 TABLE_ROWS = 30  # sensitivity rows in precision.md (precision.json has every node)
 METHOD = (
     "onnxruntime; a node in fp16 rounds its inputs, weights and outputs to fp16, a node kept in fp32 does not; "
@@ -99,21 +106,6 @@ def judge(recipe, outputs: list[dict], reference: list[dict]) -> dict:
     }
 
 
-def sensitivity(emu, reference: list[dict]) -> list[dict]:
-    """Per candidate node: the worst output's rel error with that node alone in fp16."""
-
-    return [
-        {
-            "index": i,
-            "label": emu.labels[i],
-            "name": emu.names[i],
-            "op": emu.op_types[i],
-            "error": _error(emulation_metrics(emu.run(only=i), reference)),
-        }
-        for i in range(len(emu.names))
-    ]
-
-
 def make_plan(
     recipe,
     onnx_path: Path,
@@ -121,69 +113,86 @@ def make_plan(
     reference: list[dict],
     log: Callable = print,
     emulator=None,
-    sens: list[dict] | None = None,
+    exhaustive: bool = False,
 ) -> dict:
-    """Sensitivity of every node, then the smallest set kept in fp32 (see the module docstring).
-    ``emulator`` and ``sens`` (from ``sensitivity``) may be passed in to plan for several bounds."""
-    import copy
-
+    """The smallest set kept in fp32 that meets the bound, found by ``search.search`` (see the
+    module docstring). ``emulator`` may be passed in to plan for several bounds; ``exhaustive``
+    measures every layer alone (one emulation per layer, the reference the tests compare with)."""
     t0 = time.perf_counter()
     emu = emulator or Fp16Emulator(onnx_path, inputs, list(reference[0]))
     runs0 = emu.runs
     n = len(emu.names)
-    before = judge(recipe, emu.run(), reference)
+    all_layers = range(n)
+
+    def emulate(samples: int) -> Callable[[frozenset[int]], Verdict]:
+        def evaluate(low: frozenset[int]) -> Verdict:
+            got = emu.run(fp32=[i for i in all_layers if i not in low], samples=samples)
+            j = judge(recipe, got, reference[:samples])
+            return Verdict(j["ok"], _json_error(j["error"]), j)
+
+        return evaluate
+
+    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate(SCREEN_SAMPLES)
+    try:
+        found = search.search(
+            n,
+            emulate(len(reference)),
+            screen,
+            rank_budget=RANK_BUDGET,
+            release_budget=RELEASE_BUDGET,
+            negligible=recipe.precision.fp16_rel_error * NEGLIGIBLE,
+            exhaustive=exhaustive,
+        )
+    except search.Unreachable as err:
+        fp32 = err.verdict.detail
+        raise RecipeError(
+            f"precision.fp16_rel_error: even with every layer in fp32 the emulated outputs miss the bound "
+            f"(rel error {fp32['error']} vs {recipe.precision.fp16_rel_error:g}"
+            + (f", {fp32['task']['metric']} {fp32['task']['agreement']}" if fp32["task"] else "")
+            + ")",
+            hint="raise precision.fp16_rel_error above onnxruntime's float32 distance from PyTorch, or package "
+            "with --precision fp32",
+        ) from None
+    before, after = found.before.detail, found.verdict.detail
     log(f"fp16 plan: {n} layers; all in fp16: rel error {before['error']}")
-    if sens is None and before["ok"]:
-        sens = []  # nothing to keep in fp32: n emulations (minutes on a large model) would decide nothing
-    sens = copy.deepcopy(sens) if sens is not None else sensitivity(emu, reference)
-    order = [s["index"] for s in sorted(sens, key=lambda s: (-s["error"], s["index"]))]
-    tried: dict[tuple, dict] = {}
-
-    def meets(keep: list[int]) -> bool:
-        key = tuple(sorted(keep))
-        if key not in tried:
-            tried[key] = judge(recipe, emu.run(fp32=keep), reference)
-        return tried[key]["ok"]
-
-    keep: list[int] = []
-    if not before["ok"]:
-        if not meets(order):
-            fp32 = tried[tuple(sorted(order))]
-            raise RecipeError(
-                f"precision.fp16_rel_error: even with every layer in fp32 the emulated outputs miss the bound "
-                f"(rel error {fp32['error']} vs {recipe.precision.fp16_rel_error:g}"
-                + (f", {fp32['task']['metric']} {fp32['task']['agreement']}" if fp32["task"] else "")
-                + ")",
-                hint="raise precision.fp16_rel_error above onnxruntime's float32 distance from PyTorch, or package "
-                "with --precision fp32",
+    log(
+        f"fp16 plan: {len(found.keep)} layer(s) kept in fp32; rel error {after['error']} "
+        f"({found.evaluated} emulations + {found.screened} on {SCREEN_SAMPLES} sample(s) to rank)"
+    )
+    sens = []
+    for b in found.blocks:
+        measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
+        for i in b.members():
+            error = b.score
+            sens.append(
+                {
+                    "label": emu.labels[i],
+                    "name": emu.names[i],
+                    "op": emu.op_types[i],
+                    "error": _sig(error) if math.isfinite(error) else "inf",
+                    "measured": measured,
+                }
             )
-        lo, hi = 0, 1  # lo: a prefix length known to miss; hi: the one tried next
-        while hi < n and not meets(order[:hi]):
-            lo, hi = hi, min(2 * hi, n)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if meets(order[:mid]) else (mid, hi)
-        keep = order[:hi]
-        if len(keep) <= PRUNE_MAX:
-            for i in reversed(list(keep)):
-                trial = [k for k in keep if k != i]
-                if trial and meets(trial):
-                    keep = trial
-    after = before if not keep else tried.get(tuple(sorted(keep))) or judge(recipe, emu.run(fp32=keep), reference)
-    by_index = {s["index"]: s for s in sens}
-    for s in sens:
-        s["error"] = _sig(s["error"]) if math.isfinite(s["error"]) else "inf"
-    log(f"fp16 plan: {len(keep)} layer(s) kept in fp32; rel error {after['error']} ({emu.runs - runs0} emulations)")
-    kept = [by_index[i] for i in sorted(keep, key=order.index)]
+    by_label = {s["label"]: s for s in sens}
     return {
         "method": METHOD,
+        "search": {
+            "how": "exhaustive: every layer alone" if exhaustive else SEARCH,
+            "emulations": found.evaluated,
+            "screening_emulations": found.screened,
+            "screening_samples": SCREEN_SAMPLES if found.screened else None,
+            "steps": found.steps,
+            "blocks": len(found.blocks),
+        },
         "bound": {"fp16_rel_error": recipe.precision.fp16_rel_error, "task_agreement": recipe.check.task_agreement},
         "samples": len(inputs),
         "layers": n,
         "before": before,
         "after": after,
-        "keep_fp32": [{k: s[k] for k in ("label", "name", "op", "error")} for s in kept],
-        "sensitivity": [{k: s[k] for k in ("label", "name", "op", "error")} for s in (by_index[i] for i in order)],
+        "keep_fp32": [
+            {k: by_label[emu.labels[i]][k] for k in ("label", "name", "op", "error", "measured")} for i in found.keep
+        ],
+        "sensitivity": sens,
         "emulations": emu.runs - runs0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -204,6 +213,8 @@ def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
         "task_agreement": recipe.check.task_agreement,
         "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
         "source": source_hash(),
+        # source_hash leaves the package layer out: the emulator and the search decide the plan too
+        "search": [sha256_file(Path(m.__file__)) for m in (search, compat)] + [sha256_file(Path(__file__))],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -267,6 +278,20 @@ def bundle_files(plan: dict) -> dict[str, str]:
     return files
 
 
+def search_markdown(record: dict) -> list[str]:
+    """How the plan was found and what it cost."""
+    screened = (
+        f" and {record['screening_emulations']} on the first {record['screening_samples']} sample(s) to rank the layers"
+        if record["screening_emulations"]
+        else ""
+    )
+    steps = ", ".join(f"{k} {v}" for k, v in record["steps"].items())
+    return [
+        f"Search: {record['how']}. It took {record['emulations']} emulations on every sample ({steps}){screened}.",
+        "",
+    ]
+
+
 def _fmt(v) -> str:
     return v if isinstance(v, str) else f"{v:.3g}"
 
@@ -282,6 +307,7 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
         f"Emulation: {plan['method']}; {plan['samples']} reference sample(s), {plan['layers']} layers, "
         f"{plan['emulations']} emulated runs.",
         "",
+        *search_markdown(plan["search"]),
         "| | layers kept in fp32 | rel error | task |",
         "|---|---|---|---|",
     ]
@@ -294,7 +320,12 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     else:
         lines += ["## Kept in fp32", ""]
         lines += [
-            f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_json_error(k['error']))}"
+            (
+                f"- `{k['label']}` ({k['op']}), alone in fp16: rel error {_fmt(_json_error(k['error']))}"
+                if k["measured"] == "alone"
+                else f"- `{k['label']}` ({k['op']}), estimated {_fmt(_json_error(k['error']))} from its block of "
+                f"{k['measured']}"
+            )
             for k in plan["keep_fp32"]
         ]
         lines += [
@@ -323,14 +354,21 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     if not rows:
         lines += ["Not measured: with every layer in fp16 the outputs already meet the bound."]
     else:
-        lines += ["| layer | op | rel error | kept |", "|---|---|---|---|"]
+        lines += [
+            "A layer measured alone has its own figure; the layers of a block that was not split share the block's",
+            "error alone in fp16 divided by the square root of its size (separate roundings add in quadrature).",
+            "",
+            "| layer | op | rel error | measured | kept |",
+            "|---|---|---|---|---|",
+        ]
     kept = {k["label"] for k in plan["keep_fp32"]}
     lines += [
-        f"| `{s['label']}` | {s['op']} | {_fmt(_json_error(s['error']))} | {'fp32' if s['label'] in kept else ''} |"
+        f"| `{s['label']}` | {s['op']} | {_fmt(_json_error(s['error']))} | {s['measured']} | "
+        f"{'fp32' if s['label'] in kept else ''} |"
         for s in rows
     ]
     if len(plan["sensitivity"]) > TABLE_ROWS:
-        lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | |")
+        lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | |")
     if truth:
         lines += ["", *truth_markdown(truth)]
     lines += [
