@@ -1,7 +1,8 @@
 """The ``torch2ms`` command line: loads every command module, maps errors to exit codes.
 
 Exit codes: 0 every stage passed; 1 a stage failed its check (or crashed); 2 bad input
-(recipe, model, checkpoint, ONNX, unsupported ops, a busy output folder); 130 interrupted.
+(recipe, model, checkpoint, ONNX, unsupported ops, a busy output folder); 3 a stage is not
+checkable at these inputs (``errors.NotCheckable``); 130 interrupted.
 """
 
 from __future__ import annotations

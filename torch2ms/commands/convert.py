@@ -18,7 +18,9 @@ def convert(
     force: bool = typer.Option(False, "--force", help="re-run every stage"),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
-    """Run the stages in order; skip what is up to date. The stages:"""
+    """Run every stage of a recipe in order, skipping what is up to date; exit 0 only if all pass.
+
+    The stages:"""
     from torch2ms.pipeline.report import print_table, write_reports
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.recipe import load_recipe

@@ -34,8 +34,9 @@ def diff(
     out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
-    """Compare every tensor of a stage's network.py with onnxruntime and name the first diverging
-    node; write diff.json/diff.md into the stage folder. Exit 1 if a node diverges."""
+    """Name the first node where a stage's network.py leaves onnxruntime; exit 1 if one diverges.
+
+    Compares every tensor, writes diff.json/diff.md into the stage folder."""
     from torch2ms.compare import Tolerance
     from torch2ms.divergence import localize, render_text, write_diff
     from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
