@@ -41,7 +41,9 @@ def ascend_report(
         "sources": {"ai_core": prov["ai_core"]["source"], "ai_cpu": prov["ai_cpu"]["source"]},
         "rewrites": {k: v for k, v in fired.items() if k.startswith("ascend_") and v},
         "placement": summary(infos),
-        "placement_unrewritten": {k: unrewritten[k] for k in ("counts", "ai_cpu_ops", "off_ai_core_ops")},
+        "placement_unrewritten": {
+            k: unrewritten[k] for k in ("counts", "ai_cpu_ops", "off_ai_core_ops", "off_ai_core")
+        },
         "channels": {
             **advice.waste_totals(convs),
             "convs": len(convs),
