@@ -255,10 +255,49 @@ def test_maxpool_pad_rewrite_moves_the_stem_to_ai_core_and_keeps_numbers(tmp_pat
     np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=1e-6)  # the conv rounds differently
 
 
-def test_maxpool_pad_rewrite_must_not_fire_with_ceil_mode():
-    g = _graph(stem_model(ceil_mode=1))
+def pool_model(kernel, stride, pads, ceil_mode, size, dilation=1):
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], name="/pool/MaxPool", kernel_shape=[kernel] * 2, strides=[stride] * 2,
+        pads=[pads] * 4, ceil_mode=ceil_mode, dilations=[dilation] * 2,
+    )  # fmt: skip
+    return _model([node], [], shape=(1, 3, size, size))
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,pads,size,ops",
+    [
+        (3, 2, 0, 8, ["Pad", "MaxPool"]),  # SqueezeNet's pools: ceil mode adds a 4th window over 1 end pad
+        (3, 2, 1, 10, ["Pad", "MaxPool"]),  # padded and ceil: end pad 2
+        (3, 1, 1, 7, ["Pad", "MaxPool"]),  # GoogLeNet's branch pools: ceil mode changes nothing at stride 1
+        (2, 2, 0, 8, ["MaxPool"]),  # no overhang: ceil_mode is dropped, nothing padded
+    ],
+)
+def test_maxpool_ceil_mode_becomes_end_padding_and_keeps_numbers(kernel, stride, pads, size, ops, tmp_path):
+    model = pool_model(kernel, stride, pads, 1, size)
+    g = _graph(model)
+    before = summary(place_graph(g))
+    assert [(o["op"], o["placement"]) for o in before["off_ai_core"]] == [("MaxPool3DWithArgmax", AI_CPU)]
+    x = RNG.standard_normal((1, 3, size, size)).astype(np.float32)
+    unrewritten, _ = _run_converted(copy.deepcopy(g), x, tmp_path / "before")
+    assert MaxPoolPadToPad().apply(g) == 1
+    assert [n.op_type for n in g.nodes] == ops
+    assert "ceil_mode" not in g.nodes[-1].attrs and "pads" not in g.nodes[-1].attrs
+    assert summary(place_graph(g))["off_ai_core"] == []
+    got, _ = _run_converted(g, x, tmp_path / "after")
+    np.testing.assert_array_equal(got, unrewritten)
+    np.testing.assert_array_equal(got, _ort(model, x))
+
+
+def test_maxpool_pad_rewrite_must_not_fire_on_a_dilated_window():
+    g = _graph(pool_model(3, 2, 1, 1, 11, dilation=2))
     p = MaxPoolPadToPad()
-    assert p.apply(g) == 0 and p.skipped == [("/stem/pool/MaxPool", "ceil_mode=1")]
+    assert p.apply(g) == 0 and p.skipped == [("/pool/MaxPool", "dilated window")]
+
+
+def test_maxpool_pad_rewrite_must_not_fire_on_an_unpadded_floor_pool():
+    g = _graph(pool_model(3, 2, 0, 0, 9))
+    p = MaxPoolPadToPad()
+    assert p.apply(g) == 0 and p.skipped == []
 
 
 def test_report_advice_on_the_stem():

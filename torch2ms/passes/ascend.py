@@ -21,8 +21,12 @@ with no such form (``x ** 0.3``) or an integer base with a fractional exponent.
 ``MaxPool3DWithArgmax``, which the 310 runs on AI CPU only) becomes an explicit ``Pad`` with
 ``-inf`` followed by an unpadded ``MaxPool`` (``MaxPool`` and ``PadV3D`` have AI Core kernels):
 a max over a window that includes ``-inf`` padding is the max over its real taps, so the result
-is identical. It does not fire with ``ceil_mode``, dilations, the ``Indices`` output, or
-``auto_pad``.
+is identical. ``ceil_mode`` (which MindSpore also builds on ``MaxPool3DWithArgmax``, padded or
+not) becomes end padding: along an axis of length ``n`` with begin pad ``b``, kernel ``k``, stride
+``s`` and ``out`` windows (the graph's output shape, PyTorch's rule: a last window starting in the
+end padding is dropped), the end pad is ``max((out - 1) * s + k - b - n, 0)``, after which a
+floor-mode pool makes exactly ``out`` windows, each holding at least one real tap. It does not
+fire with dilations, the ``Indices`` output, ``auto_pad`` or an unknown output shape.
 
 **HardSwish / HardSigmoid** have no kernel in the 310's op list (AI Core or MindSpore AI CPU), as
 an op or as the activation a fused ``Conv2dBnAct`` / ``Dense`` applies. They become their
@@ -150,12 +154,10 @@ class MaxPoolPadToPad(Pass):
         if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx"):
             return None
         pads = [int(p) for p in node.attrs.get("pads", [])]
-        return PoolMatch(node, pads) if any(pads) else None
+        return PoolMatch(node, pads) if any(pads) or node.attrs.get("ceil_mode", 0) else None
 
     def check(self, graph: Graph, m: PoolMatch) -> str | None:
         a = m.node.attrs
-        if a.get("ceil_mode", 0):
-            return "ceil_mode=1"
         if any(d != 1 for d in a.get("dilations", [1])):
             return "dilated window"
         if len([o for o in m.node.outputs if o]) > 1:
@@ -165,22 +167,40 @@ class MaxPoolPadToPad(Pass):
         x = graph.values[m.node.inputs[0]]
         if x.dtype is None or np.dtype(x.dtype).kind != "f":
             return "integer input (no -inf to pad with)"
+        out = graph.values.get(m.node.outputs[0])
+        if x.shape is None or out is None or out.shape is None:
+            return "input or output shape unknown"
         return None
+
+    @staticmethod
+    def explicit_pads(graph: Graph, m: PoolMatch) -> tuple[list[int], list[int]]:
+        """Begin and end pads after which a floor-mode, unpadded pool makes the graph's output windows."""
+        a = m.node.attrs
+        sizes = [int(d) for d in graph.values[m.node.inputs[0]].shape[2:]]
+        outs = [int(d) for d in graph.values[m.node.outputs[0]].shape[2:]]
+        kernel = [int(k) for k in a["kernel_shape"]]
+        strides = [int(s) for s in a.get("strides", [1] * len(kernel))]
+        begins = m.pads[: len(kernel)] if m.pads else [0] * len(kernel)
+        ends = [max((o - 1) * s + k - b - n, 0) for o, s, k, b, n in zip(outs, strides, kernel, begins, sizes)]
+        return begins, ends
 
     def rewrite(self, graph: Graph, m: PoolMatch) -> None:
         node = m.node
         x = graph.values[node.inputs[0]]
-        rank = len(x.shape)
-        k = len(m.pads) // 2
-        onnx_pads = [0, 0] + m.pads[:k] + [0, 0] + m.pads[k:]  # ONNX Pad: all begins, then all ends
-        padded_shape = tuple(
-            int(d) + (m.pads[i - 2] + m.pads[i - 2 + k] if i >= 2 else 0) for i, d in enumerate(x.shape)
-        )
+        begins, ends = self.explicit_pads(graph, m)
+        attrs = {k2: v for k2, v in node.attrs.items() if k2 not in ("pads", "ceil_mode")}
+        pool = Node(node.name, "MaxPool", [node.inputs[0]], list(node.outputs), attrs, origin=list(node.origin))
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        if not any(begins + ends):  # ceil_mode without an overhang: nothing to pad
+            graph.nodes[i] = pool
+            return
+        onnx_pads = [0, 0] + begins + [0, 0] + ends  # ONNX Pad: all begins, then all ends
+        padded_shape = (*x.shape[:2], *(int(d) + b + e for d, b, e in zip(x.shape[2:], begins, ends)))
         base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
         pads_v = graph.add_const(f"{node.name}__pads", np.array(onnx_pads, np.int64))
         value_v = graph.add_const(f"{node.name}__neg_inf", np.array(-np.inf, np.dtype(x.dtype)))
         out = f"{node.inputs[0]}__padded_{len(graph.values)}"
-        graph.values[out] = Value(out, padded_shape if rank else None, x.dtype)
+        graph.values[out] = Value(out, padded_shape, x.dtype)
         pad = Node(
             f"{base}/Pad_pool",
             "Pad",
@@ -189,9 +209,7 @@ class MaxPoolPadToPad(Pass):
             {"mode": "constant"},
             origin=list(node.origin),
         )
-        attrs = {k2: v for k2, v in node.attrs.items() if k2 != "pads"}
-        pool = Node(node.name, "MaxPool", [out], list(node.outputs), attrs, origin=list(node.origin))
-        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        pool.inputs = [out]
         graph.nodes[i : i + 1] = [pad, pool]
 
 
