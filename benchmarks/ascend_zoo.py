@@ -13,8 +13,9 @@ passes and the Ascend rewrites in-process and places every op, exactly as
 One model at a time, each in a subprocess of its own (a crash or a hang costs that model only,
 killed after ``--timeout``). Each model's result is ``OUT/<zoo>/<name>.json``; a model with a result
 is skipped on the next run (resumable; ``--retry-failed`` runs the failed ones again). ``--replace``
-places every model again from its stored ``export/model.onnx`` without exporting (after a change
-to the passes or the table). The tables are written from whatever results exist, and name the
+places again, from its stored ``export/model.onnx`` and without exporting, every model whose
+result was made under other rules (a hash of the passes, the lowering/placement code and the
+table, ``rules`` in each result). The tables are written from whatever results exist, and name the
 models that have none.
 
 Nothing is run on a board: placement is what CANN's op-info and MindSpore's AI CPU list say
@@ -24,6 +25,7 @@ Nothing is run on a board: placement is what CANN's op-info and MindSpore's AI C
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -35,6 +37,18 @@ ROOT = Path(__file__).resolve().parents[1]
 ZOOS = ("torchvision", "smp", "yolo", "timm")
 PRECISION = "fp16"
 WHERE_KEPT = 6  # module paths kept per op group
+
+
+def rules_hash() -> str:
+    """sha256 (12 hex digits) of what decides a placement once the ONNX exists: the passes, the
+    lowering and placement code and the derived table. A result made under another hash is stale."""
+    h = hashlib.sha256()
+    pkg = ROOT / "torch2ms"
+    for f in sorted(
+        [*(pkg / "passes").glob("*.py"), *(pkg / "ascend").glob("*.py"), pkg / "ascend" / "ascend310.json"]
+    ):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def zoo_models(zoo: str):
@@ -84,6 +98,7 @@ def place_one(zoo: str, name: str, out: Path, from_onnx: bool) -> dict:
         "zoo": zoo,
         "model": name,
         "status": "placed",
+        "rules": rules_hash(),
         "export_status": record.get("status", "?"),
         "export_path": extra.get("export_path"),
         "export_seconds": round(export_s, 1),
@@ -144,8 +159,10 @@ def run_all(zoos, only, out: Path, timeout: float, retry_failed: bool, replace: 
                 continue
             path = result_path(out, zoo, m.name)
             old = json.loads(path.read_text()) if path.is_file() else None
-            if replace:
+            if replace:  # stale results only: placed under other rules, with the ONNX kept
                 if not (out / zoo / m.name / "export" / "model.onnx").is_file():
+                    continue
+                if old and old.get("rules") == rules_hash():
                     continue
             elif old and (old["status"] == "placed" or not retry_failed):
                 continue
@@ -166,7 +183,8 @@ def _pct(a: int, b: int) -> str:
 
 
 def collect(zoos, out: Path) -> dict:
-    data = {"precision": PRECISION, "zoos": {}}
+    rules = rules_hash()
+    data = {"precision": PRECISION, "rules": rules, "zoos": {}}
     for zoo in zoos:
         rows, missing = [], []
         for m in zoo_models(zoo):
@@ -183,6 +201,7 @@ def collect(zoos, out: Path) -> dict:
                 {"model": r["model"], "status": r["status"], "reason": r["reason"]} for r in rows if r not in placed
             ],
             "missing": missing,
+            "stale": [r["model"] for r in placed if r.get("rules") != rules],
             "zero_ai_cpu": sum(r["ai_cpu_ops"] == 0 for r in placed),
             "zero_off_ai_core": sum(r["off_ai_core_ops"] == 0 for r in placed),
             "zero_off_ai_core_unrewritten": sum(r["off_ai_core_ops_unrewritten"] == 0 for r in placed),
@@ -230,6 +249,9 @@ def markdown(data: dict) -> str:
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines.append("")
+    stale = [f"{zoo}/{n}" for zoo, s in z.items() for n in s["stale"]]
+    if stale:
+        lines += [f"Placed under older rules (re-run with `--replace`): {', '.join(stale)}.", ""]
     gaps = [(zoo, n, "no result") for zoo, s in z.items() for n in s["missing"]]
     gaps += [(zoo, r["model"], f"{r['status']}: {r['reason']}") for zoo, s in z.items() for r in s["not_placed"]]
     if gaps:
