@@ -26,6 +26,7 @@ from torch2ms.passes import (
     ExpandGroupNorm,
     ExpandHardActivations,
     MaxPoolPadToPad,
+    MirrorPadToConcat,
     PowToMul,
     fold_passes,
     run_passes,
@@ -440,3 +441,57 @@ def test_group_norm_expansion_must_not_fire_on_a_runtime_scale():
     g = graph_from_model(norm_model("InstanceNormalization", runtime_scale=True), 17, {"x": (2, 6, 4, 5), "s": (6,)})
     p = ExpandGroupNorm()
     assert p.apply(g) == 0 and p.skipped == [("/norm/InstanceNormalization", "scale or bias is not a constant")]
+
+
+def mirror_pad_model(mode: str, pads, shape=(1, 3, 6, 7)):
+    """A lone Pad (reflect or edge), pads given as ONNX lists them (all begins, then all ends)."""
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="/aa/Pad", mode=mode)
+    return _model([node], inits, shape=shape)
+
+
+@pytest.mark.parametrize(
+    "mode,pads,slices",
+    [
+        ("reflect", [0, 0, 1, 1, 0, 0, 1, 1], 4),  # TResNet's BlurPool: 1 on each side of H and W
+        ("reflect", [0, 0, 2, 0, 0, 0, 1, 3], 6),
+        ("edge", [0, 0, 1, 2, 0, 0, 2, 1], 6),
+    ],
+)
+def test_mirror_pad_becomes_slices_and_concat_on_ai_core_and_keeps_numbers(mode, pads, slices, tmp_path):
+    model = mirror_pad_model(mode, pads)
+    g = _graph(model)
+    before = summary(place_graph(g))
+    assert [(o["op"], o["placement"]) for o in before["off_ai_core"]] == [
+        ("MirrorPad" if mode == "reflect" else "PadV3", AI_CPU)
+    ]
+    assert MirrorPadToConcat().apply(g) == 1
+    ops = [n.op_type for n in g.nodes]
+    assert ops.count("Slice") == slices and ops.count("Concat") == 2 and "Pad" not in ops
+    assert summary(place_graph(g))["off_ai_core"] == []
+    x = RNG.standard_normal((1, 3, 6, 7)).astype(np.float32)
+    got, source = _run_converted(g, x, tmp_path)
+    assert "ops.pad" not in source
+    np.testing.assert_array_equal(got, _ort(model, x))  # data movement only: exact
+
+
+@pytest.mark.parametrize(
+    "mode,pads,reason",
+    [
+        ("reflect", [0, 0, 0, 9, 0, 0, 0, 9], "pad 9 wider than 8"),
+        ("edge", [0, 0, 12, 0, 0, 0, 0, 0], "pad 12 wider than 8"),
+        ("edge", [0, 0, -1, 0, 0, 0, 1, 0], "negative pads (a crop)"),
+    ],
+)
+def test_mirror_pad_rewrite_must_not_fire(mode, pads, reason):
+    g = _graph(mirror_pad_model(mode, pads, shape=(1, 3, 6, 20)))
+    p = MirrorPadToConcat()
+    assert p.apply(g) == 0 and p.skipped == [("/aa/Pad", reason)]
+    assert [n.op_type for n in g.nodes] == ["Pad"]
+
+
+def test_mirror_pad_rewrite_leaves_constant_pads_alone():
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")]
+    g = _graph(_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="/p/Pad", mode="constant")], inits))
+    p = MirrorPadToConcat()
+    assert p.apply(g) == 0 and p.skipped == []

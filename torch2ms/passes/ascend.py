@@ -28,6 +28,18 @@ end padding is dropped), the end pad is ``max((out - 1) * s + k - b - n, 0)``, a
 floor-mode pool makes exactly ``out`` windows, each holding at least one real tap. It does not
 fire with dilations, the ``Indices`` output, ``auto_pad`` or an unknown output shape.
 
+**Reflect / edge Pad** (``ops.pad(mode="reflect"|"replicate")``: CANN's ``MirrorPad`` and
+``PadV3``, AI CPU only on the 310; timm's anti-aliased TResNet pads its BlurPool so) becomes the
+data movement it is: per padded axis of length ``n``, a ``Concat`` of one-wide ``Slice`` s of the
+input around it (``StridedSliceD``, ``ConcatD``: AI Core), exact::
+
+    reflect, pads (b, e):  x[b], x[b-1], ..., x[1],  x,  x[n-2], ..., x[n-1-e]
+    edge:                  x[0] (b times),           x,  x[n-1] (e times)
+
+It does not fire on a pad wider than ``MAX_MIRROR`` (the concat would grow past the op it
+replaces), negative pads (crops), pads that are not constants, or below opset 10 (``Slice``
+without inputs).
+
 **HardSwish / HardSigmoid** have no kernel in the 310's op list (AI Core or MindSpore AI CPU), as
 an op or as the activation a fused ``Conv2dBnAct`` / ``Dense`` applies. They become their
 formulas, every op of which has an AI Core kernel (``Muls``/``Adds`` are ``Mul``/``Add`` by a
@@ -56,6 +68,7 @@ from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.passes.base import Pass, replace_node
 
 MAX_POWER = 16
+MAX_MIRROR = 8  # widest reflect/edge pad rewritten into slices
 
 
 @dataclass
@@ -213,6 +226,92 @@ class MaxPoolPadToPad(Pass):
         graph.nodes[i : i + 1] = [pad, pool]
 
 
+@dataclass
+class MirrorMatch:
+    node: Node
+    mode: str  # reflect | edge
+    begins: list[int] | None  # per axis (None: the pads are not constants)
+    ends: list[int] | None
+
+
+class MirrorPadToConcat(Pass):
+    name = "ascend_mirror_pad_to_concat"
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+            return None
+        mode = node.attrs.get("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ("reflect", "edge"):
+            return None
+        x = graph.values[node.inputs[0]]
+        rank = len(x.shape) if x.shape is not None else 0
+        given = node.attrs.get("pads") if graph.opset < 11 else graph.const(node.inputs[1])
+        axes = list(range(rank))
+        if graph.opset >= 18 and len(node.inputs) > 3 and node.inputs[3]:
+            a = graph.const(node.inputs[3])
+            axes = None if a is None else [int(v) % rank for v in np.asarray(a).reshape(-1)]
+        if given is None or axes is None or not rank:
+            return MirrorMatch(node, mode, None, None)
+        given = [int(p) for p in np.asarray(given).reshape(-1)]
+        begins, ends = [0] * rank, [0] * rank
+        for k, ax in enumerate(axes):
+            begins[ax], ends[ax] = given[k], given[len(axes) + k]
+        return MirrorMatch(node, mode, begins, ends)
+
+    def check(self, graph: Graph, m: MirrorMatch) -> str | None:
+        if m.begins is None:
+            return "pads (or axes) not constant, or the input shape unknown"
+        if graph.opset < 10:
+            return f"opset {graph.opset}: Slice takes its bounds as inputs from opset 10"
+        pads = m.begins + m.ends
+        if not any(pads):
+            return "nothing padded"
+        if any(p < 0 for p in pads):
+            return "negative pads (a crop)"
+        if max(pads) > MAX_MIRROR:
+            return f"pad {max(pads)} wider than {MAX_MIRROR}"
+        shape = graph.values[m.node.inputs[0]].shape
+        if m.mode == "reflect" and any(max(b, e) >= int(n) for b, e, n in zip(m.begins, m.ends, shape) if b or e):
+            return "reflect pad not shorter than its axis"
+        return None
+
+    def rewrite(self, graph: Graph, m: MirrorMatch) -> None:
+        node = m.node
+        x = graph.values[node.inputs[0]]
+        shape = [int(d) for d in x.shape]
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        padded = [ax for ax in range(len(shape)) if m.begins[ax] or m.ends[ax]]
+        new: list[Node] = []
+
+        def emit(op: str, inputs: list[str], out_shape, attrs=None, out: str | None = None) -> str:
+            out = out or f"{node.outputs[0]}__mirror{len(new)}"
+            graph.values[out] = Value(out, tuple(out_shape), x.dtype)
+            new.append(Node(f"{base}/{op}_mirror{len(new)}", op, inputs, [out], attrs or {}, origin=list(node.origin)))
+            return out
+
+        def const(tag: str, v: int) -> str:
+            return graph.add_const(f"{node.outputs[0]}__{tag}", np.array([v], np.int64))
+
+        cur = node.inputs[0]
+        for k, ax in enumerate(padded):
+            n, b, e = shape[ax], m.begins[ax], m.ends[ax]
+            if m.mode == "reflect":
+                before, after = list(range(b, 0, -1)), list(range(n - 2, n - 2 - e, -1))
+            else:
+                before, after = [0] * b, [n - 1] * e
+            one = [*shape[:ax], 1, *shape[ax + 1 :]]
+            axis = const("axis", ax)
+            parts = [emit("Slice", [cur, const("start", i), const("end", i + 1), axis], one) for i in before]
+            parts += [cur]
+            parts += [emit("Slice", [cur, const("start", i), const("end", i + 1), axis], one) for i in after]
+            shape[ax] = n + b + e
+            last = k == len(padded) - 1
+            cur = emit("Concat", parts, shape, {"axis": ax}, out=node.outputs[0] if last else None)
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        graph.nodes[i : i + 1] = new
+
+
 HARD_ACTS = ("HardSwish", "HardSigmoid")
 
 
@@ -342,4 +441,4 @@ class ExpandGroupNorm(Pass):
 
 def ascend_passes() -> list[Pass]:
     """The rewrites for Ascend targets, after the fold stage's passes."""
-    return [PowToMul(), MaxPoolPadToPad(), ExpandHardActivations(), ExpandGroupNorm()]
+    return [PowToMul(), MaxPoolPadToPad(), MirrorPadToConcat(), ExpandHardActivations(), ExpandGroupNorm()]
