@@ -170,27 +170,37 @@ def place_one(zoo: str, name: str, out: Path, from_onnx: bool, full_export: bool
     }
 
 
-def run_worker(zoo: str, name: str, out: Path, timeout: float, from_onnx: bool, full_export: bool) -> dict:
-    cmd = [sys.executable, __file__, "--worker", zoo, name, "--out", str(out)]
+def run_worker(zoo: str, names: list[str], out: Path, timeout: float, from_onnx: bool, full_export: bool) -> list[dict]:
+    """One subprocess for ``names`` (one model when exporting; a chunk of stale ones when placing
+    again from kept ONNX, which costs seconds each), one model at a time inside it."""
+    cmd = [sys.executable, __file__, "--worker", zoo, *names, "--out", str(out)]
     cmd += (["--replace"] if from_onnx else []) + (["--full-export"] if full_export else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "YOLO_OFFLINE": "1"}
     t0 = time.perf_counter()
+    rules = rules_hash()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * len(names), env=env, cwd=ROOT)
+        tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+        reason = (tail[-1] if tail else f"exit {proc.returncode}")[:300]
     except subprocess.TimeoutExpired:
-        return {"zoo": zoo, "model": name, "status": "timeout", "reason": f"killed after {timeout:g} s"}
-    path = result_path(out, zoo, name)
-    if proc.returncode == 0 and path.is_file():
-        return json.loads(path.read_text())
-    tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
-    reason = tail[-1] if tail else f"exit {proc.returncode}"
-    return {
-        "zoo": zoo,
-        "model": name,
-        "status": "failed",
-        "reason": reason[:300],
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+        reason = f"killed after {timeout * len(names):g} s"
+    rows = []
+    for name in names:
+        path = result_path(out, zoo, name)
+        row = json.loads(path.read_text()) if path.is_file() else None
+        if row and row["status"] == "placed" and row.get("rules") == rules:
+            rows.append(row)
+        else:
+            rows.append(
+                {
+                    "zoo": zoo,
+                    "model": name,
+                    "status": "failed",
+                    "reason": reason,
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            )
+    return rows
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -200,30 +210,37 @@ def write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+REPLACE_CHUNK = 12  # stale models placed again per subprocess
+
+
 def run_all(zoos, only, out: Path, timeout: float, retry_failed: bool, replace: bool, full_export: bool) -> None:
+    rules = rules_hash()
     for zoo in zoos:
+        todo = []
         for m in zoo_models(zoo):
             if only and m.name not in only:
                 continue
             path = result_path(out, zoo, m.name)
             old = json.loads(path.read_text()) if path.is_file() else None
             if replace:  # stale results only: placed under other rules, with the ONNX kept
-                if not (out / zoo / m.name / "export" / "model.onnx").is_file():
-                    continue
-                if old and old.get("rules") == rules_hash():
+                if not (out / zoo / m.name / "export" / "model.onnx").is_file() or (old or {}).get("rules") == rules:
                     continue
             elif old and (old["status"] == "placed" or not retry_failed):
                 continue
-            row = run_worker(zoo, m.name, out, timeout, replace, full_export)
-            if row["status"] != "placed":
-                write_json(path, row)
-            took = row.get("export_seconds", 0) + row.get("place_seconds", row.get("seconds", 0))
-            what = (
-                f"off AI Core {row['off_ai_core_ops_unrewritten']} -> {row['off_ai_core_ops']}"
-                if row["status"] == "placed"
-                else row["reason"]
-            )
-            print(f"{zoo}/{m.name}: {row['status']} ({took:.0f} s) {what}", flush=True)
+            todo.append(m.name)
+        step = REPLACE_CHUNK if replace else 1
+        for i in range(0, len(todo), step):
+            for row in run_worker(zoo, todo[i : i + step], out, timeout, replace, full_export):
+                path = result_path(out, zoo, row["model"])
+                if row["status"] != "placed" and not (replace and path.is_file()):  # a stale result stays
+                    write_json(path, row)
+                took = row.get("export_seconds", 0) + row.get("place_seconds", row.get("seconds", 0))
+                what = (
+                    f"off AI Core {row['off_ai_core_ops_unrewritten']} -> {row['off_ai_core_ops']}"
+                    if row["status"] == "placed"
+                    else row["reason"]
+                )
+                print(f"{zoo}/{row['model']}: {row['status']} ({took:.0f} s) {what}", flush=True)
 
 
 def _pct(a: int, b: int) -> str:
@@ -384,11 +401,17 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="write the tables from the stored results")
     ap.add_argument("--md", type=Path, default=ROOT / "benchmarks" / "results" / "ascend_zoo.md")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "ascend_zoo.json")
-    ap.add_argument("--worker", nargs=2, metavar=("ZOO", "MODEL"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs="+", metavar="ZOO MODEL", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        zoo, name = a.worker
-        write_json(result_path(a.out, zoo, name), place_one(zoo, name, a.out, a.replace, a.full_export))
+        zoo, *names = a.worker
+        for name in names:  # one at a time; a failure is reported and the next one placed
+            try:
+                write_json(result_path(a.out, zoo, name), place_one(zoo, name, a.out, a.replace, a.full_export))
+            except Exception as err:  # noqa: BLE001 - the parent records it as this model's failure
+                print(f"{zoo}/{name}: {type(err).__name__}: {err}", file=sys.stderr)
+                if len(names) == 1:
+                    raise SystemExit(1) from None
         return
     zoos = [z for z in a.zoos.split(",") if z]
     bad = [z for z in zoos if z not in ZOOS]
