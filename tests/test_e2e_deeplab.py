@@ -115,6 +115,7 @@ def mindir_outputs(path: Path, x: np.ndarray) -> list[np.ndarray]:
     return [o.asnumpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
 
 
+@pytest.mark.slow
 def test_deeplabv3plus_from_its_onnx_gives_the_same_numbers(deeplab_run, tmp_path):
     """recipes/deeplabv3plus_onnx.yaml on the PyTorch run's model.onnx: all five stages pass with
     PyTorch's samples and a reference within float32 noise of PyTorch's (random-weight DeepLabV3+:
