@@ -451,7 +451,7 @@ def test_ci_zoo_every_model_passes(tmp_path):
 @pytest.mark.slow
 def test_text_zoo_every_model_passes(tmp_path):
     """recipes/zoo/text.yaml: ten transformers models built from their configs, all five stages, every
-    task figure 1 (25-41 s a model with --jobs 1 on a loaded machine)."""
+    task figure 1 (25-91 s a model with --jobs 1, 10 min for the zoo on a loaded machine)."""
     pytest.importorskip("transformers")
     out = tmp_path / "text"
     code = zoo_cli(REPO / "recipes" / "zoo" / "text.yaml", "--jobs", 1, "--out", out)
