@@ -398,10 +398,19 @@ def _native_stdout_dropped():
 def _dynamo(wrapped, example, onnx_path: Path, names_io, opset: int) -> list[str]:
     import torch
 
+    dynamic_shapes = None
     if names_io[2]:
-        # torch.export specializes a dimension whose example size is 1 and takes dynamic_shapes in
-        # the structure of forward(*args): not wired up here
-        raise _PathFailed("inputs[].batch (a dynamic batch dimension) is exported by the TorchScript exporter only")
+        # torch.export specializes a dimension whose example size is 1 (0/1 specialisation)
+        sizes = {n: a.shape[0] for n, a in zip(names_io[0], example) if n in names_io[2]}
+        if 1 in sizes.values():
+            raise _PathFailed(
+                "inputs[].batch: the dynamo exporter cannot make dimension 0 dynamic when the example's is 1"
+                " (torch.export specialises sizes 0 and 1): give shape[0] >= 2",
+                final="the recipe's batch, not the opset",
+            )
+        batch = torch.export.Dim("batch", min=1, max=2048)  # ATC's range for a batch size
+        # forward(*args) is one (variadic) parameter: a tuple holding one entry per input, in order
+        dynamic_shapes = (tuple({0: batch} if n in names_io[2] else None for n in names_io[0]),)
     if importlib.util.find_spec("onnxscript") is None:
         raise _PathFailed("the dynamo exporter needs the onnxscript package, which is not installed")
     log = io.StringIO()
@@ -416,6 +425,7 @@ def _dynamo(wrapped, example, onnx_path: Path, names_io, opset: int) -> list[str
                 opset_version=opset,
                 input_names=names_io[0],
                 output_names=names_io[1],
+                dynamic_shapes=dynamic_shapes,
                 external_data=False,  # one self-contained model.onnx (the weights inline)
             )
     except Exception as err:
