@@ -151,6 +151,21 @@ def test_bad_onnx_sources_are_named_and_nothing_is_written(kind, error, words, t
     assert not (export / "model.onnx").exists() and not (export / "stage.json").exists()
 
 
+def test_the_deeplab_onnx_recipe_says_to_convert_first(tmp_path):
+    """recipes/deeplabv3plus_onnx.yaml reads build output: without it, exit 2 naming the file and
+    ``make convert``, nothing written."""
+    from conftest import REPO
+
+    (tmp_path / "recipes").mkdir()
+    recipe = tmp_path / "recipes" / "deeplabv3plus_onnx.yaml"
+    recipe.write_text((REPO / "recipes" / "deeplabv3plus_onnx.yaml").read_text())
+    done = cli("convert", "--recipe", str(recipe), cwd=tmp_path, timeout=120)
+    text = flat(done.stdout + done.stderr)
+    assert done.returncode == 2, text
+    assert "runs/deeplabv3plus/export/model.onnx: file not found" in text and "make convert" in text
+    assert not (tmp_path / "runs" / "deeplabv3plus_onnx" / "export" / "stage.json").exists()
+
+
 def test_bad_onnx_source_exits_2_from_the_cli(tmp_path):
     path, _ = _bad(tmp_path, "truncated")
     recipe = write_recipe(tmp_path / "r.yaml", model={"onnx": "tiny.onnx"})

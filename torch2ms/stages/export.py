@@ -56,7 +56,9 @@ class ExportStage(Stage):
 
         model = recipe.model.model_dump(mode="json")
         if recipe.model.onnx:
-            model["onnx_sha256"] = _existing_file_sha256(recipe, recipe.model.onnx, "model.onnx")
+            from torch2ms.onnx_source import source_path
+
+            model["onnx_sha256"] = sha256_file(source_path(recipe))
             source = None
         else:
             source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
