@@ -28,8 +28,9 @@ def package(
         "fp16",
         "--precision",
         help=(
-            "conversion precision on the board: fp16 (Ascend default, fastest) or fp32 (keep fp32 where a kernel "
-            "allows)"
+            "conversion precision on the board: fp16 (Ascend default), fp32 (keep fp32 where a kernel allows) or "
+            "int8 (the Cube layers quantized from the recipe's quantize.calibration, an INT8 plan keeping sensitive "
+            "layers in float; AMCT and converter_lite configs)"
         ),
     ),
     cpu_isa: str | None = CpuIsa,
