@@ -349,3 +349,77 @@ def test_the_plan_is_the_same_on_an_avx2_only_cpu(sensitive, tmp_path):
         runs[cpu] = json.loads(done.stdout.strip().splitlines()[-1])
     assert runs["haswell"] == runs["native"]
     assert [k["label"] for k in runs["native"]["keep_float"]] == [SENSITIVE]
+
+
+# --- the emulation against MindSpore ------------------------------------------------------------
+
+
+def _fake_quant_cell(cell, scale: float, zero: int):
+    """Wrap ``cell.construct`` so that its input is fake-quantized like QuantizeLinear -> DequantizeLinear."""
+    from mindspore import ops
+
+    inner = cell.construct
+
+    def construct(x):
+        q = ops.clip_by_value(ops.round(x / scale) + zero, -128.0, 127.0)
+        return inner((q - zero) * scale)
+
+    object.__setattr__(cell, "construct", construct)
+
+
+@pytest.mark.slow
+def test_mindspore_with_the_plan_agrees_with_the_emulation_within_one_step(tmp_path):
+    """The rebuild stage's generated network (``int8_models.int8_plain``: no BatchNorm, so its weights
+    are the ONNX's), with every Cube layer's weight quantized-dequantized per channel and its input
+    fake-quantized with the emulation's (scale, zero point), against the emulation with every layer
+    in INT8: the outputs differ by less than one activation step at the last layer's input can move
+    them (step x the largest row sum of |W|), and much less than INT8 moves them from float."""
+    from torch2ms import msutil
+
+    rng = np.random.default_rng(9)
+    np.save(tmp_path / "calib.npy", rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
+    path = write_recipe(
+        tmp_path / "plain.yaml",
+        name="plain",
+        model={"factory": "int8_models:int8_plain", "seed": 0},
+        inputs=[{"name": "input", "shape": [2, 3, 16, 16]}],
+        quantize={"calibration": "calib.npy", "samples": 4},
+    )
+    recipe = load_recipe(path)
+    result = Runner(recipe, log=lambda m: None).run(until="rebuild")
+    assert result.passed or result.stages[1].status == "passed", [(s.stage, s.status) for s in result.stages]
+    onnx_path = result.root / "export" / "model.onnx"
+    inputs, reference = split_reference(load_npz(result.root / "export" / "reference.npz"))
+    calib, _ = int8.calibration_samples(recipe, log=lambda m: None)
+    emu = Int8Emulator(onnx_path, inputs, ["output"], int8.calibrate(recipe, onnx_path, calib))
+    emulated = emu.run()
+
+    ms = msutil.mindspore()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    plain = msutil.run_cell(msutil.build_network(result.root / "rebuild", "int8float"), inputs, ["output"])
+    net = msutil.build_network(result.root / "rebuild", "int8check")
+    var = {
+        origin: e["var"]
+        for e in json.loads((result.root / "rebuild" / "tensor_map.json").read_text())
+        for origin in e["origin"]
+    }
+    for i, name in enumerate(emu.names):
+        cell = getattr(net, var[name])
+        conv = getattr(cell, "conv", cell)  # Conv2dBnAct holds its nn.Conv2d as .conv
+        conv.weight.set_data(ms.Tensor(fake_quant_weight(conv.weight.asnumpy(), emu.axes[i])))
+        _fake_quant_cell(cell, *emu.qparams[emu.activations[i][0]])
+    got = msutil.run_cell(net, inputs, ["output"])
+
+    last = emu.names.index("/fc/Gemm")
+    step = emu.qparams[emu.activations[last][0]][0]
+    w_fc = getattr(net, var["/fc/Gemm"]).weight.asnumpy()
+    one_step = step * np.abs(w_fc).sum(1).max()
+    gap = max(np.abs(g["output"] - e["output"]).max() for g, e in zip(got, emulated))
+    int8_error = max(np.abs(e["output"] - r["output"]).max() for e, r in zip(emulated, reference))
+    print(f"MindSpore fake-quant vs emulation {gap:.3g}, one step {one_step:.3g}, INT8 vs PyTorch {int8_error:.3g}")
+    assert gap <= one_step, (gap, one_step)
+    # the negative control: MindSpore in float is as far from the emulation as INT8 is from PyTorch
+    assert max(np.abs(g["output"] - e["output"]).max() for g, e in zip(plain, emulated)) > 0.5 * int8_error
+    assert gap <= 0.1 * int8_error, (gap, int8_error)
+    for g, e in zip(got, emulated):
+        assert (g["output"].argmax(1) == e["output"].argmax(1)).all()

@@ -461,7 +461,9 @@ class Int8Emulator:
         self.op_types = [c.op_type for c in cubes]
         self.labels = [c.name or f"<{c.op_type} #{c.index}>" for c in cubes]
         self.macs = [0] * len(cubes)
-        self.qparams: dict[str, tuple[float, int]] = {}
+        self.qparams: dict[str, tuple[float, int]] = {}  # activation tensor -> (scale, zero point)
+        self.activations = [[c.node.input[k] for k in c.activations] for c in cubes]  # per node, its quantized inputs
+        self.axes = [c.axis for c in cubes]
         shapes = _shapes(m)
         by_index = {c.index: (i, c) for i, c in enumerate(cubes)}
         extra_inits, nodes, qdq = [], [], {}
