@@ -423,3 +423,65 @@ def test_mindspore_with_the_plan_agrees_with_the_emulation_within_one_step(tmp_p
     assert gap <= 0.1 * int8_error, (gap, int8_error)
     for g, e in zip(got, emulated):
         assert (g["output"].argmax(1) == e["output"].argmax(1)).all()
+
+
+# --- the trained fixtures: the goal, and a bundle verify accepts ----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["digits", "shapes"])
+def test_trained_fixture_int8_bundle(tmp_path, which):
+    """Trained on real data, checked on the held-out set: the plan keeps the task metric against the
+    labels within 1 point of fp32 (top-1 for digits, mIoU for shapes) with >= 90% of MACs in INT8, and
+    ``package --precision int8`` writes a bundle ``verify`` accepts."""
+    import trained_models as tm
+
+    from torch2ms.package.build import build_bundle
+    from torch2ms.package.verify import verify_bundle
+
+    if which == "digits":
+        t = tm.train_digits(tmp_path / "w.pt")
+        np.save(tmp_path / "calib.npy", tm.digits_data()[0][:1080])  # 3 batches of 360 training images
+        task, factory = "classification", "digits_cnn"
+    else:
+        t = tm.train_shapes(tmp_path / "w.pt")
+        np.save(tmp_path / "calib.npy", tm.shapes_data(96, seed=7)[0])  # 3 batches of 32 other scenes
+        task, factory = "segmentation", "shapes_unet"
+    np.save(tmp_path / "heldout.npy", t.heldout_x)
+    path = write_recipe(
+        tmp_path / f"{which}.yaml",
+        name=f"trained_{which}",
+        task=task,
+        model={"factory": f"trained_models:{factory}", "checkpoint": str(t.checkpoint)},
+        inputs=[{"name": "input", "shape": list(t.heldout_x.shape), "data": "heldout.npy"}],
+        check={"samples": 1, "task_agreement": 0.999},
+        quantize={"calibration": "calib.npy", "samples": 3},
+    )
+    result = Runner(load_recipe(path), log=lambda m: None).run()
+    assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
+    bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None)
+    plan = json.loads((result.root / "precision" / "int8_plan.json").read_text())
+    assert plan["after"]["ok"] and plan["mac_share_int8"] >= 0.9, plan["mac_share_int8"]
+
+    import onnx as _onnx  # the plan's layers in INT8, the emulation against the labels
+
+    recipe = load_recipe(path)
+    calib, _ = int8.calibration_samples(recipe, log=lambda m: None)
+    onnx_path = result.root / "export" / "model.onnx"
+    emu = Int8Emulator(onnx_path, [{"input": t.heldout_x}], ["output"], int8.calibrate(recipe, onnx_path, calib))
+    assert len(emu.names) == sum(n.op_type in ("Conv", "Gemm") for n in _onnx.load(str(onnx_path)).graph.node)
+    plan_int8 = [emu.labels.index(x) for x in plan["layers_int8"]]
+
+    def metric(int8_layers) -> float:
+        pred = emu.run(int8=int8_layers)[0]["output"].argmax(1)
+        if which == "digits":
+            return float((pred == t.heldout_y).mean())
+        return float(
+            np.mean(
+                [np.sum((pred == c) & (t.heldout_y == c)) / np.sum((pred == c) | (t.heldout_y == c)) for c in range(3)]
+            )
+        )
+
+    assert metric(plan_int8) >= metric([]) - 0.01
+    verified = verify_bundle(bundle.path, log=lambda m: None)
+    assert verified.manifest["target"]["precision"] == "int8" and "int8_plan" in verified.manifest
