@@ -147,6 +147,7 @@ def measure(recipe_path: Path, runs: Path | None, labels: dict | None) -> dict:
         "calibration_seconds": round(setup, 1),
         "samples": plan["samples"],
         "calibration_samples": len(calib),
+        "sensitivity": plan["sensitivity"][:12],  # most sensitive first: score alone (or its block's) in INT8
     }
     if labels is not None:
         keep = {emu.labels.index(k) for k in row["kept_float"]}
