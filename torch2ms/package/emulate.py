@@ -465,6 +465,11 @@ class Int8Emulator:
         self.activations = [[c.node.input[k] for k in c.activations] for c in cubes]  # per node, its quantized inputs
         self.axes = [c.axis for c in cubes]
         shapes = _shapes(m)
+        unknown = sorted(
+            {t for c in cubes for t in (*c.node.input[:2], c.node.output[0]) if t and t not in shapes}
+        )  # shape inference stops at data-dependent sizes (Resize to a Shape): measure them on one sample
+        if unknown and inputs:
+            shapes.update(_run_shapes(onnx_path, unknown, inputs[0]))
         by_index = {c.index: (i, c) for i, c in enumerate(cubes)}
         extra_inits, nodes, qdq = [], [], {}
 
@@ -547,6 +552,18 @@ def _shapes(model) -> dict[str, tuple[int, ...]]:
                 if a.name == "value":
                     out[n.output[0]] = tuple(a.t.dims)
     return out
+
+
+def _run_shapes(onnx_path: Path, tensors: list[str], sample: dict) -> dict[str, tuple[int, ...]]:
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    m = onnx.load(str(onnx_path))
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in tensors if t not in have)
+    got = session(ort, m, _cpu_independent_options(ort)).run(tensors, sample)
+    return {t: tuple(v.shape) for t, v in zip(tensors, got)}
 
 
 def node_macs(node, shapes: dict[str, tuple[int, ...]]) -> int:
