@@ -216,6 +216,20 @@ def test_amct_config_skips_the_float_layers(sensitive):
     assert sections["data_preprocess_param"]["calibrate_size"] == "8"
 
 
+def test_precision_int8_command_prints_and_writes_the_plan(tmp_path, capsys, wide_console):
+    path = sensitive_recipe(tmp_path)
+    assert run_cli("precision", "--recipe", str(path), "--int8", "--out", str(tmp_path / "plan")) == 0
+    out = capsys.readouterr().out
+    assert "all INT8              3/3 in INT8" in out and f"keep float: {SENSITIVE} (Conv)" in out
+    files = {p.name for p in (tmp_path / "plan").iterdir()}
+    assert files == {"amct_quant.cfg", "converter_lite.cfg", "precision.md", "int8_plan.json"}
+    plan = json.loads((tmp_path / "plan" / "int8_plan.json").read_text())
+    assert plan["calibration"]["sources"] == ["calib.npy"] and plan["calibration"]["samples"] == 8
+    # the second time the plan comes from the run folder
+    assert run_cli("precision", "--recipe", str(path), "--int8") == 0
+    assert "int8 plan: up to date" in capsys.readouterr().err
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
