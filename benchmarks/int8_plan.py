@@ -87,7 +87,7 @@ def trained_recipes(folder: Path) -> list[tuple[Path, dict]]:
     return out
 
 
-def photo_recipe(source: Path, folder: Path, size: int | None) -> Path:
+def photo_recipe(source: Path, folder: Path, size: int | None, method: str = "minmax") -> Path:
     """The recipe checked on 4 photos and calibrated on 16 others (at ``size`` x ``size`` if given)."""
     data = read_yaml(source)
     spec = data["inputs"][0]
@@ -98,7 +98,9 @@ def photo_recipe(source: Path, folder: Path, size: int | None) -> Path:
             data["preprocess"]["resize"] = [size, size]
     spec["data"] = CHECK_PHOTOS
     data.setdefault("check", {})["samples"] = len(CHECK_PHOTOS)
-    data["quantize"] = {"calibration": CALIBRATION_PHOTOS, "samples": len(CALIBRATION_PHOTOS)}
+    data["quantize"] = {"calibration": CALIBRATION_PHOTOS, "samples": len(CALIBRATION_PHOTOS), "method": method}
+    if method != "minmax":
+        data["name"] = f"{data['name']}_{method}"
     if str(data["model"].get("factory", "")).startswith("models."):
         sys.path.insert(0, str(RECIPES))
     path = folder / f"{data['name']}.yaml"
@@ -195,6 +197,7 @@ def main() -> None:
     ap.add_argument("--trained", action="store_true")
     ap.add_argument("--deeplab", type=int, default=0, help="also DeepLabV3+ at this input size (0: not)")
     ap.add_argument("--runs", type=Path, default=None)
+    ap.add_argument("--method", default="minmax", help="quantize.method for the photo models")
     ap.add_argument("--work", type=Path, default=Path("/tmp/int8_bench"))
     ap.add_argument("--md", type=Path, default=None)
     args = ap.parse_args()
@@ -202,9 +205,11 @@ def main() -> None:
     if args.trained:
         todo += trained_recipes(args.work / "trained")
     for r in args.recipes:
-        todo.append((photo_recipe(r, args.work / "photos", None), None))
+        todo.append((photo_recipe(r, args.work / "photos", None, args.method), None))
     if args.deeplab:
-        todo.append((photo_recipe(RECIPES / "deeplabv3plus.yaml", args.work / "photos", args.deeplab), None))
+        todo.append(
+            (photo_recipe(RECIPES / "deeplabv3plus.yaml", args.work / "photos", args.deeplab, args.method), None)
+        )
     rows = [measure(path, args.runs, labels) for path, labels in todo]
     if args.md:
         args.md.write_text(markdown(rows))

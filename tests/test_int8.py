@@ -284,6 +284,17 @@ def test_no_quantize_section_is_named(tmp_path, capsys, wide_console):
     assert "quantize.calibration: the recipe has no quantize section" in capsys.readouterr().err
 
 
+def test_package_int8_names_bad_data_before_any_stage_runs(tmp_path, capsys, wide_console):
+    path = sensitive_recipe(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["quantize"]["calibration"] = "missing.npy"
+    path.write_text(yaml.safe_dump(data))
+    dist = tmp_path / "dist"
+    assert run_cli("package", "--recipe", str(path), "--precision", "int8", "--out", str(dist)) == 2
+    assert f"quantize.calibration: {tmp_path}/missing.npy: no such file or folder" in capsys.readouterr().err
+    assert not dist.exists() and not (tmp_path / "runs").exists()
+
+
 def test_int8_with_a_dynamic_batch_is_refused(tmp_path):
     path = sensitive_recipe(tmp_path, inputs=[{"name": "input", "shape": [1, 3, 16, 16], "batch": [1, 2, 4]}])
     with pytest.raises(RecipeError) as err:
