@@ -222,7 +222,7 @@ def test_precision_int8_command_prints_and_writes_the_plan(tmp_path, capsys, wid
     out = capsys.readouterr().out
     assert "all INT8              3/3 in INT8" in out and f"keep float: {SENSITIVE} (Conv)" in out
     files = {p.name for p in (tmp_path / "plan").iterdir()}
-    assert files == {"amct_quant.cfg", "converter_lite.cfg", "precision.md", "int8_plan.json"}
+    assert files == {"amct_quant.cfg", "converter_lite_int8.cfg", "precision.md", "int8_plan.json"}
     plan = json.loads((tmp_path / "plan" / "int8_plan.json").read_text())
     assert plan["calibration"]["sources"] == ["calib.npy"] and plan["calibration"]["samples"] == 8
     # the second time the plan comes from the run folder
@@ -319,8 +319,11 @@ def test_bundle_carries_both_configs_and_the_calibration_set(tmp_path):
         names = tar.getnames()
         read = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
     assert f'skip_layers: "{SENSITIVE}"' in read[f"{tdir}/amct_quant.cfg"].decode()
-    cfg = read[f"{tdir}/converter_lite.cfg"].decode()
+    cfg = read[f"{tdir}/converter_lite_int8.cfg"].decode()
     assert "[full_quant_param]\nactivation_quant_method=MAX_MIN\n" in cfg and "target_device=ASCEND" in cfg
+    # all INT8 misses the gate and converter_lite cannot skip a layer: its default config stays fp16
+    assert "quant" not in read[f"{tdir}/converter_lite.cfg"].decode()
+    assert '--configFile="${CONVERTER_CONFIG:-$HERE/converter_lite.cfg}"' in read[f"{tdir}/converter_lite.sh"].decode()
     assert "calibrate_path=input:../../calibration/input\ncalibrate_size=8\ninput_type=BIN" in cfg
     bins = sorted(n for n in names if n.startswith("calibration/input/"))
     assert len(bins) == 8 and all(len(read[n]) == 4 * 3 * 16 * 16 * 4 for n in bins)

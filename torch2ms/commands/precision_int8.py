@@ -32,7 +32,7 @@ def int8_plan(r, runs: Path | None, out: Path | None) -> None:
     name = r.inputs[0].name
     (dest / "amct_quant.cfg").write_text(int8.amct_config(plan, len(calib)))
     cfg = converter_lite_cfg("int8", quant=int8.converter_lite_sections(plan, name, len(calib)))
-    (dest / "converter_lite.cfg").write_text(cfg)
+    (dest / "converter_lite_int8.cfg").write_text(int8.LITE_HEADER + cfg)
     (dest / "precision.md").write_text(int8.plan_markdown(plan, r.name))
     if out is not None:
         (dest / "int8_plan.json").write_text(json.dumps(plan, indent=2) + "\n")

@@ -362,7 +362,10 @@ def build_bundle(
             precision,
             inputs,
             plan,
-            int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib)) if int8_plan else None,
+            # converter_lite quantizes every layer (no per-ONNX-node skip): only when all INT8 meets the gate
+            int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
+            if int8_plan and int8_plan["before"]["ok"]
+            else None,
         ).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
             target,
@@ -385,6 +388,10 @@ def build_bundle(
         ).encode()
     if int8_plan is not None:
         files[f"{tdir}/amct_quant.cfg"] = int8.amct_config(int8_plan, len(calib)).encode()
+        sections = int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
+        files[f"{tdir}/converter_lite_int8.cfg"] = (
+            int8.LITE_HEADER + targets.converter_lite_cfg(precision, inputs, None, sections)
+        ).encode()
         files.update(int8.calibration_files(calib))
         files["precision.md"] = int8.plan_markdown(int8_plan, recipe.name).encode()
         files["precision.json"] = int8.precision_json(int8_plan).encode()

@@ -56,6 +56,11 @@ from torch2ms.package.search import Verdict
 FIELD = "quantize.calibration"
 CALIBRATION_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 DETECTION_IOU = 0.5  # an INT8 box "agrees" at the IoU detection benchmarks count a hit at
+LITE_HEADER = (
+    "# MindSpore Lite full quantization of every Cube layer (converter_lite's skip_quant_node takes MindIR node\n"
+    "# names, not the plan's ONNX names): the 'all INT8' row of precision.md. converter_lite.sh uses it with\n"
+    "# CONVERTER_CONFIG=converter_lite_int8.cfg; converter_lite.cfg holds it too when all INT8 meets the gate.\n"
+)
 LITE_METHOD = {"minmax": "MAX_MIN", "entropy": "KL", "percentile": "REMOVAL_OUTLIER"}
 METHOD = (
     "onnxruntime, every optimization off, one thread; a Cube node in int8 reads its activations through "
@@ -522,10 +527,16 @@ def plan_markdown(plan: dict, model: str) -> str:
         "",
         "- ATC path: `targets/<board>/amct_quant.cfg` lists the float layers as AMCT `skip_layers` (ONNX node names "
         "of `model/model.onnx`); calibrate with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
-        "- MindSpore Lite path: `converter_lite.cfg` runs full quantization on `calibration/` "
+        "- MindSpore Lite path: `converter_lite_int8.cfg` runs full quantization on `calibration/` "
         f"(`activation_quant_method={LITE_METHOD[cal['method']]}`, `target_device=ASCEND`). Its `skip_quant_node` "
         "takes MindIR node names, which are not the plan's ONNX names, so it quantizes every layer: expect the "
-        "'all INT8' row.",
+        "'all INT8' row. "
+        + (
+            "All INT8 meets the gate, so `converter_lite.cfg` holds the same settings."
+            if b["ok"]
+            else "All INT8 misses the gate, so `converter_lite.cfg` stays fp16 "
+            "(`CONVERTER_CONFIG=converter_lite_int8.cfg sh converter_lite.sh` to quantize anyway)."
+        ),
         "- Dynamic batch is refused for INT8 (AMCT-quantized models cannot use ATC dynamic batch).",
         "",
     ]

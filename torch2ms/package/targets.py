@@ -157,6 +157,7 @@ def converter_lite_sh(
     sizes = batch_sizes(inputs)
     # a dynamic batch takes its input_shape and dynamic_dims from converter_lite.cfg
     shape_flag = "" if sizes else f'  --inputShape="{_shapes(inputs, ",")}" \\\n'
+    config = "${CONVERTER_CONFIG:-$HERE/converter_lite.cfg}" if precision == "int8" else "$HERE/converter_lite.cfg"
     served = f"\n# Batch sizes {','.join(map(str, sizes))} (dynamic_dims in converter_lite.cfg)." if sizes else ""
     return f"""#!/bin/sh
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
@@ -174,7 +175,7 @@ cd "$HERE"  # converter_lite.cfg names modify_mixlist.json relative to this fold
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
-{shape_flag}  --configFile="$HERE/converter_lite.cfg"{out_type}
+{shape_flag}  --configFile="{config}"{out_type}
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with:"
 echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
