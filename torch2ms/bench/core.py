@@ -359,6 +359,6 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
 
 
 def _versions() -> dict:
-    from torch2ms.pipeline.runner import framework_versions
+    from torch2ms.pipeline.fingerprint import framework_versions
 
     return framework_versions()

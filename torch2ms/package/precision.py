@@ -202,7 +202,7 @@ def make_plan(
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
-    from torch2ms.pipeline.runner import source_hash
+    from torch2ms.pipeline.fingerprint import source_hash
     from torch2ms.pipeline.workspace import sha256_file
 
     payload = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from torch2ms.pipeline.runner import RunResult, framework_versions
+from torch2ms.pipeline.fingerprint import framework_versions
+from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.runtime import cpu_choice
 

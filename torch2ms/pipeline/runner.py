@@ -4,67 +4,29 @@ A stage is up to date when its record says ``passed``, its fingerprint matches, 
 artifacts still hash to what the record says. The fingerprint covers the stage's part of the
 recipe, the previous stage's fingerprint (so changing one stage's option re-runs it and every
 stage after it), the hashes of the artifacts it reads, the tool and framework versions, and a
-hash of torch2ms's own conversion code (so a fixed converter re-converts, even at the same
-version number).
+hash of torch2ms's own conversion code (``pipeline.fingerprint``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
-from torch2ms import __version__
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
 from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
+from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
 from torch2ms.pipeline.stage import Stage
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
-
-# onnxscript: the dynamo export path needs it ("absent" where it is not installed)
-FRAMEWORKS = ("torch", "onnx", "onnxruntime", "onnxscript", "mindspore", "numpy")
-
-
-# Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
-_NOT_CONVERSION_CODE = ("commands", "bench", "package", "zoo", "cli.py", "cli_app.py", "__main__.py")
-_source_hash: str | None = None
-
-
-def source_hash() -> str:
-    """sha256 (16 hex digits) of torch2ms's conversion code: every .py file outside the CLI,
-    command, zoo, bench and package layers, by relative path and bytes."""
-    global _source_hash
-    if _source_hash is None:
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for path in sorted(root.rglob("*.py")):
-            rel = path.relative_to(root)
-            if rel.parts[0] in _NOT_CONVERSION_CODE or "__pycache__" in rel.parts:
-                continue
-            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-        _source_hash = h.hexdigest()[:16]
-    return _source_hash
-
-
-def framework_versions() -> dict[str, str]:
-    out = {"torch2ms": __version__, "torch2ms_source": source_hash()}
-    for pkg in FRAMEWORKS:
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "absent"
-    return out
 
 
 def all_stages() -> list[Stage]:
@@ -100,10 +62,6 @@ class RunResult:
     @property
     def failed_stage(self) -> StageResult | None:
         return next((s for s in self.stages if s.status == "failed"), None)
-
-
-def _fingerprint(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class Runner:
@@ -166,7 +124,7 @@ class Runner:
                     "inputs": inputs,
                     "versions": self.versions,
                 }
-                fp = _fingerprint(fp_payload)
+                fp = fingerprint(fp_payload)
                 forced = force or (from_stage is not None and i >= self.names.index(from_stage))
                 record = self.run_dir.read_record(stage.name)
                 settled = record and record.get("status") in ("passed", proof.NOT_CHECKABLE)

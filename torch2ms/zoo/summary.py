@@ -12,7 +12,7 @@ import html
 import math
 from pathlib import Path
 
-from torch2ms.pipeline.runner import framework_versions
+from torch2ms.pipeline.fingerprint import framework_versions
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.failures import blocker_table, category_counts
