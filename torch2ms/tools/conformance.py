@@ -39,7 +39,7 @@ would export them; it passes as ``constant inputs`` only if some node still reac
 (if the whole graph then folds into a constant, nothing of torch2ms was tested and the case
 stays refused).
 
-Cases run in worker processes (``python -m torch2ms.conformance --worker``), each in its own
+Cases run in worker processes (``python -m torch2ms.tools.conformance --worker``), each in its own
 temporary folder, so MindSpore's caches, a stray ``set_context`` or a segfault in one case
 cannot change the next. A worker serves ``RECYCLE`` cases and is replaced; a case that ends
 ``wrong`` or ``crash`` is run again alone in a fresh worker, and that result is the one kept
@@ -471,10 +471,10 @@ class Worker:
     def __init__(self):
         env = dict(os.environ)
         env.setdefault("GLOG_v", "3")
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding the torch2ms package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch2ms.conformance", "--worker"],
+            [sys.executable, "-m", "torch2ms.tools.conformance", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -720,7 +720,7 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "by torch2ms as `torch2ms convert` converts a model (loader, rebuild passes, converters, generated",
         "`network.py` + checkpoint) and run in MindSpore PyNative mode; outputs compared with the case's expected",
         "ones like ONNX's backend runner (same count, shape and dtype, then `assert_allclose` with the case's",
-        "rtol/atol). `torch2ms/conformance.py` says how; `tests/conformance` runs them (a subset in `make test`,",
+        "rtol/atol). `torch2ms/tools/conformance.py` says how; `tests/conformance` runs them (a subset in `make test`,",
         "all of them with `make test-slow`).",
         "",
         "- **pass**: *converted* as the case is; with *constant inputs* when a converter needs an input to be a",
@@ -794,8 +794,8 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
-        from torch2ms import conformance  # the module by its name: outcomes pickle as torch2ms.conformance.Outcome
+        from torch2ms.tools import conformance  # by its name: outcomes pickle as torch2ms.tools.conformance.Outcome
 
         conformance.worker_main()
     else:
-        sys.exit("usage: python -m torch2ms.conformance --worker  (run cases with `torch2ms ops --conformance`)")
+        sys.exit("usage: python -m torch2ms.tools.conformance --worker  (run cases with `torch2ms ops --conformance`)")
