@@ -37,14 +37,10 @@ class RunContext:
             self.stages = [cls() for cls in PIPELINE]
         return self.stages
 
-    def first_writer(self, name: str) -> str:
-        """The first stage that writes ``name`` (network.py: the plain rebuild, before any folding)."""
-        return next(st.name for st in self.pipeline() if name in st.writes and st.enabled(self.recipe))
-
     def artifact(self, name: str) -> Path:
         """Where the stage that writes ``name`` keeps it (model.onnx, reference.npz, network.py...):
         the last enabled stage of the pipeline that declares it in ``writes``."""
-        return self.stage_dir(writer_of(name, self.pipeline(), self.recipe)) / name
+        return self.stage_dir(writer_of(name, self.recipe, self.pipeline())) / name
 
     # --- the reference data (sample inputs and PyTorch's outputs) ---
     def reference(self) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:

@@ -23,7 +23,7 @@ from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
-from torch2ms.pipeline.stage import Stage
+from torch2ms.pipeline.stage import Stage, writer_of
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import cpu_choice
@@ -169,11 +169,14 @@ class Runner:
         before it that writes that artifact."""
         out = []
         for name in stage.reads:
-            writers = [st.name for st in self.stages[:i] if name in st.writes and st.enabled(self.recipe)]
-            if not writers:
-                raise Torch2msError(f"stage {stage.name!r} reads {name!r}, which no enabled stage before it writes")
-            if writers[-1] not in out:
-                out.append(writers[-1])
+            try:
+                source = writer_of(name, self.recipe, self.stages[:i])
+            except KeyError:
+                raise Torch2msError(
+                    f"stage {stage.name!r} reads {name!r}, which no enabled stage before it writes"
+                ) from None
+            if source not in out:
+                out.append(source)
         return out
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:

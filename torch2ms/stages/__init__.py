@@ -1,7 +1,6 @@
 """The stages, in pipeline order: the one list a new stage is added to."""
 
-from torch2ms.pipeline.stage import Stage
-from torch2ms.pipeline.stage import writer_of as find_writer
+from torch2ms.pipeline.stage import Stage, writer_of
 from torch2ms.stages.compile import CompileStage
 from torch2ms.stages.export import ExportStage
 from torch2ms.stages.fold import FoldStage
@@ -18,11 +17,6 @@ def stage_names(pipeline: list[type[Stage]] | None = None) -> tuple[str, ...]:
 def localized_stages() -> tuple[str, ...]:
     """The stages whose network.py ``torch2ms diff`` compares with onnxruntime."""
     return tuple(cls.name for cls in PIPELINE if cls.localize)
-
-
-def writer_of(artifact: str, recipe) -> str:
-    """The stage whose folder holds ``artifact`` for ``recipe`` (e.g. model.onnx -> export)."""
-    return find_writer(artifact, [cls() for cls in PIPELINE], recipe)
 
 
 __all__ = ["PIPELINE", "stage_names", "localized_stages", "writer_of"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch2ms import latency, msutil
 from torch2ms.memory import release_freed
-from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
 from torch2ms.pipeline.workspace import write_json
 
 # timed PyNative calls after the first: the speedup's reference, reported, not decided on
@@ -46,7 +46,8 @@ class CompileStage(Stage):
 
         # PyNative is the reference figure the speedup is stated against, not a choice: a few calls
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        cell = msutil.build_network(ctx.stage_dir(ctx.first_writer("network.py")), "compile_pynative")
+        unfolded = ctx.stage_dir(writer_of("network.py", ctx.recipe, ctx.pipeline(), first=True))
+        cell = msutil.build_network(unfolded, "compile_pynative")
         pynative = msutil.time_cell(cell, inputs[0], 0, min(spec.runs, PYNATIVE_RUNS))
         del cell
         release_freed()
