@@ -153,7 +153,15 @@ def _append(path: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "tool", ["commands/convert.py", "cli_app.py", "tools/conformance.py", "ops_table.py", "zoo/launch.py", "bench/core.py"]
+    "tool",
+    [
+        "commands/convert.py",
+        "cli_app.py",
+        "tools/conformance.py",
+        "tools/ops_table.py",
+        "zoo/launch.py",
+        "bench/core.py",
+    ],
 )
 def test_editing_a_tool_keeps_a_run_up_to_date(tmp_path, monkeypatch, tool):
     pkg, fresh = _package_copy(tmp_path, monkeypatch)

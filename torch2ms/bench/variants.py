@@ -140,7 +140,7 @@ def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
 
 
 def _ms_context(ms, variant: Variant, settings: Settings) -> Callable[[], None]:
-    from torch2ms.msutil import set_graph_mode
+    from torch2ms.runtime.msutil import set_graph_mode
 
     if variant.mode == "pynative":
         return lambda: ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
@@ -175,7 +175,7 @@ def _ms_loaded(ms, variant, cell, settings) -> Loaded:
 
 
 def _mindspore(variant, folders, recipe, settings) -> Loaded:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     _ms_threads(ms, settings.threads)
@@ -185,7 +185,7 @@ def _mindspore(variant, folders, recipe, settings) -> Loaded:
 
 
 def _mindir(variant, folders, recipe, settings) -> Loaded:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     _ms_threads(ms, settings.threads)

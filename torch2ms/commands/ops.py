@@ -30,8 +30,8 @@ def ops(
         return
     from rich.table import Table
 
-    from torch2ms.ops_table import operator_rows, render_markdown
     from torch2ms.pipeline.workspace import atomic_write_text
+    from torch2ms.tools.ops_table import operator_rows, render_markdown
 
     rows = operator_rows()
     if write is not None:

@@ -426,7 +426,7 @@ def _torch_fp16(recipe, samples: list[dict]) -> list[dict]:
 
 
 def _mindspore_fp16(fold_dir: Path, samples: list[dict], names: list[str]) -> list[dict]:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)

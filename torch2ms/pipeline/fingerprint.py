@@ -31,22 +31,16 @@ CONVERSION_CODE = (
     "compare.py",
     "conversion.py",
     "converters",
-    "divergence.py",  # its replay can accept a stage's accumulated rounding
     "errors.py",
-    "export",
+    "export",  # the exporter chain, the float32 noise floor, an ONNX file as the source
     "graph",
-    "latency.py",
-    "memory.py",
-    "mindir_layout.py",
     "model_loader.py",
     "models",
-    "msutil.py",
-    "onnx_source.py",
     "passes",
-    "pipeline",
+    "pipeline",  # the runner and the check (diff's replay can accept accumulated rounding)
     "postprocess",  # the detection task's check
     "recipe.py",
-    "runtime.py",
+    "runtime",  # building, running and timing the generated networks; the MindIR layout
     "samples.py",
     "stages",
     "tasks",

@@ -7,7 +7,7 @@ import math
 from torch2ms.pipeline.fingerprint import framework_versions
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
-from torch2ms.runtime import cpu_choice
+from torch2ms.runtime.cpu import cpu_choice
 
 COLUMNS = ("stage", "status", "seconds", "peak RSS MB", "max abs err", "max rel err", "cosine", "task", "notes")
 NUMERIC = ("seconds", "peak RSS MB", "max abs err", "max rel err", "cosine")

@@ -20,7 +20,6 @@ from typing import Any
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
-from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
@@ -28,7 +27,8 @@ from torch2ms.pipeline.record import Floors, StageRecord
 from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
-from torch2ms.runtime import cpu_choice
+from torch2ms.runtime.cpu import cpu_choice
+from torch2ms.runtime.memory import StageMemory, release_freed
 
 
 def all_stages() -> list[Stage]:
@@ -388,7 +388,7 @@ class Runner:
         written as diff.json/diff.md beside it. If it fails, that is logged and the stage's own
         verdict stands (failed, or not checkable for want of evidence)."""
         try:
-            from torch2ms.divergence import localize, write_diff
+            from torch2ms.pipeline.divergence import localize, write_diff
 
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
             report = localize(

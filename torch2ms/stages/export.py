@@ -86,7 +86,7 @@ class ExportStage(Stage):
 
         recipe = ctx.recipe
         if recipe.model.onnx:  # an ONNX file as the source: imported, onnxruntime is the reference
-            from torch2ms.onnx_source import import_onnx
+            from torch2ms.export.onnx_file import import_onnx
 
             return import_onnx(ctx, out)
         model = build_model(recipe)  # not cached: a copy of the weights no later stage needs

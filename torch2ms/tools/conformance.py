@@ -366,11 +366,11 @@ def _reasons(problems) -> str:
 
 
 def _convert_and_run(graph, feeds: dict[str, np.ndarray], workdir: Path) -> list[np.ndarray]:
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
     from torch2ms.converters.api import Unsupported
     from torch2ms.errors import UnsupportedOpsError
     from torch2ms.passes import rebuild_passes, run_passes
+    from torch2ms.runtime import msutil
 
     run_passes(graph, rebuild_passes(True))
     try:
@@ -447,7 +447,7 @@ def worker_main() -> None:
     root = Path(tempfile.mkdtemp(prefix="t2ms-conformance-"))
     os.chdir(root)  # kernel_meta/ and friends land here, not in the caller's folder
     try:
-        from torch2ms import msutil
+        from torch2ms.runtime import msutil
 
         msutil.mindspore()
         k = 0
@@ -544,7 +544,7 @@ def run_cases(
 ) -> dict[str, Outcome]:
     """Run ``cases`` in ``workers`` worker processes; with ``confirm``, a wrong or crashed case
     is run again alone in a fresh one."""
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()  # chosen once here; the workers inherit it through the environment
     cases = list(cases)

@@ -362,9 +362,9 @@ def localize(
     replay every statement on onnxruntime's inputs for its local error (see the module's docstring)."""
     import onnx
 
-    from torch2ms import msutil
     from torch2ms.graph.load import session_with_outputs
     from torch2ms.pipeline.workspace import sha256_file
+    from torch2ms.runtime import msutil
 
     tol = Tolerance(tolerance.rel_error, tolerance.cosine, 0.0)
     source = (stage_dir / "network.py").read_text()
