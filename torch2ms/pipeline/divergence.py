@@ -44,6 +44,7 @@ import numpy as np
 from torch2ms.bounds import widen
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
+from torch2ms.pipeline.markdown import cell, table
 
 # A node is wrong when its output, computed from onnxruntime's own inputs, leaves this share of
 # the tolerance: a correct float32 op differs by ~1e-7..1e-6 relative, and each injected fault
@@ -529,16 +530,16 @@ def render_markdown(report: DiffReport) -> str:
         render_text(report),
         "```",
         "",
-        "| line | variable | op | node | tensor | result | on onnxruntime's inputs |",
-        "|---:|---|---|---|---|---|---|",
     ]
+    header = ("line", "variable", "op", "node", "tensor", "result", "on onnxruntime's inputs")
+    rows = []
     for t in report.tensors:
         mark = "**first divergence**: " if t is report.first else ""
         local = "-" if t.local is None else ("**wrong**: " if t.local_problem else "") + _fmt(t.local)
-        lines.append(
-            f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | "
-            f"{mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} | {local.replace('|', '/')} |"
+        rows.append(
+            (t.line, f"`{t.var}`", t.op, t.node, t.tensor, cell(mark + (t.problem or _fmt(t.metrics))), cell(local))
         )
+    lines += table(header, rows, right=(0,))
     if report.not_compared:
         lines += ["", f"Not compared (not an ONNX node output): {', '.join(report.not_compared)}"]
     return "\n".join(lines) + "\n"

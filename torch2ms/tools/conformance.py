@@ -64,6 +64,8 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.pipeline import markdown
+
 STATUSES = ("pass", "pass-vs-onnxruntime", "refused", "wrong", "crash")
 RECYCLE = 150  # cases one worker process runs before it is replaced
 TIMEOUT = 300.0  # CPU seconds one case may take (a worker's first case includes importing MindSpore)
@@ -686,28 +688,19 @@ class Tally:
         )
 
 
-def _cell(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
     """docs/conformance.md from the outcomes of every case."""
     import json
 
     import onnx
 
-    from torch2ms.converters.registry import refusals, registrations
     from torch2ms.graph.load import SUPPORTED_OPSETS
 
     missing = [c.name for c in cases if c.name not in outcomes]
     if missing:
         raise ValueError(f"{len(missing)} cases have no outcome (first: {missing[0]})")
-    converted = {r.op_type for r in registrations() if not r.domain}
-    refused_ops = refusals()
     tally = Tally.of(outcomes[c.name] for c in cases)
     lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
-    s = tally.status
     lines = [
         "# ONNX conformance",
         "",
@@ -737,31 +730,13 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "",
         "## Totals",
         "",
-        "| cases | pass | converted | constant inputs | folded | pass-vs-onnxruntime | refused | wrong | crash |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| {sum(s.values())} | {s['pass']} | {tally.how.get('converted', 0)} | {tally.how.get('constant inputs', 0)} "
-        f"| {tally.how.get('folded', 0)} | {s['pass-vs-onnxruntime']} | {s['refused']} | {s['wrong']} | {s['crash']} |",
+        *_totals(tally),
         "",
         "## Why cases are refused",
         "",
-        "| cause | cases |",
-        "|---|---|",
+        *markdown.table(("cause", "cases"), tally.causes.items()),
     ]
-    lines += [f"| {cause} | {n} |" for cause, n in tally.causes.items()]
-    bugs = [outcomes[c.name] for c in cases if outcomes[c.name].status in ("wrong", "crash")]
-    differ = [outcomes[c.name] for c in cases if outcomes[c.name].status == "pass-vs-onnxruntime"]
-    lines += ["", "## Where ONNX's reference and onnxruntime disagree (pass-vs-onnxruntime)", ""]
-    if differ:
-        lines += ["| case | op | ONNX's expected output vs torch2ms (= onnxruntime) |", "|---|---|---|"]
-        lines += [f"| {o.name} | {o.op_type} | {_cell(o.reason, 300)} |" for o in differ]
-    else:
-        lines.append("None.")
-    lines += ["", "## Wrong and crash", ""]
-    if bugs:
-        lines += ["| case | op | status | what happened |", "|---|---|---|---|"]
-        lines += [f"| {o.name} | {o.op_type} | {o.status} | {_cell(o.reason, 300)} |" for o in bugs]
-    else:
-        lines.append("None.")
+    lines += _disagreements_and_bugs([outcomes[c.name] for c in cases])
     lines += [
         "",
         "## Per op type",
@@ -769,12 +744,57 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "*converter*: yes (registered), refused (declared refused on purpose), no. *refusals*: the most common",
         "reasons, with their number of cases.",
         "",
-        "| op | converter | cases | pass | pass-vs-onnxruntime | refused | wrong | crash | refusals |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_per_op(cases, outcomes),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def _totals(tally: Tally) -> list[str]:
+    s, how = tally.status, tally.how
+    header = (
+        "cases",
+        "pass",
+        "converted",
+        "constant inputs",
+        "folded",
+        "pass-vs-onnxruntime",
+        "refused",
+        "wrong",
+        "crash",
+    )
+    row = (sum(s.values()), s["pass"], how.get("converted", 0), how.get("constant inputs", 0), how.get("folded", 0))
+    row += (s["pass-vs-onnxruntime"], s["refused"], s["wrong"], s["crash"])
+    return markdown.table(header, [row])
+
+
+def _disagreements_and_bugs(outs: list[Outcome]) -> list[str]:
+    bugs = [o for o in outs if o.status in ("wrong", "crash")]
+    differ = [o for o in outs if o.status == "pass-vs-onnxruntime"]
+    lines = ["", "## Where ONNX's reference and onnxruntime disagree (pass-vs-onnxruntime)", ""]
+    if differ:
+        header = ("case", "op", "ONNX's expected output vs torch2ms (= onnxruntime)")
+        lines += markdown.table(header, [(o.name, o.op_type, markdown.cell(o.reason, 300)) for o in differ])
+    else:
+        lines.append("None.")
+    lines += ["", "## Wrong and crash", ""]
+    if bugs:
+        header = ("case", "op", "status", "what happened")
+        lines += markdown.table(header, [(o.name, o.op_type, o.status, markdown.cell(o.reason, 300)) for o in bugs])
+    else:
+        lines.append("None.")
+    return lines
+
+
+def _per_op(cases: list[Case], outcomes: dict[str, Outcome]) -> list[str]:
+    """One row per op type: its converter, its cases by status, its most common refusals."""
+    from torch2ms.converters.registry import refusals, registrations
+
+    converted = {r.op_type for r in registrations() if not r.domain}
+    refused_ops = refusals()
     by_op: dict[str, list[Outcome]] = {}
     for c in cases:
         by_op.setdefault(c.op_type, []).append(outcomes[c.name])
+    rows = []
     for op in sorted(by_op, key=lambda k: ("." in k, k.lower())):
         outs = by_op[op]
         conv = "yes" if op in converted else "refused" if op in refused_ops else "no"
@@ -784,12 +804,12 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
             if o.status == "refused":
                 reasons[o.reason] = reasons.get(o.reason, 0) + 1
         top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        text = "; ".join(f"{_cell(r, 110)} ({k})" for r, k in top[:3]) + (
+        text = "; ".join(f"{markdown.cell(r, 110)} ({k})" for r, k in top[:3]) + (
             f"; {len(top) - 3} more" if len(top) > 3 else ""
         )
-        counts = " | ".join(str(n[st]) for st in STATUSES)
-        lines.append(f"| {op} | {conv} | {len(outs)} | {counts} | {_cell(text, 400) if text else ''} |")
-    return "\n".join(lines) + "\n"
+        rows.append((op, conv, len(outs), *(n[st] for st in STATUSES), markdown.cell(text, 400) if text else ""))
+    header = ("op", "converter", "cases", *STATUSES, "refusals")
+    return markdown.table(header, rows)
 
 
 if __name__ == "__main__":
