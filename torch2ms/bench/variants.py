@@ -51,14 +51,13 @@ def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
     reference data, the ONNX, the Conv2dBnAct network (the first network.py), the folded one (the
     last) and the MindIR; ``plain`` is the bench's own unfused rebuild."""
     from torch2ms.pipeline.context import RunContext
-    from torch2ms.pipeline.stage import writer_of
     from torch2ms.pipeline.workspace import RunDir
 
     ctx = RunContext(recipe, RunDir(run_root))
     return {
         "reference": ctx.artifact("reference.npz").parent,
         "onnx": ctx.artifact("model.onnx").parent,
-        "conv_bn_act": ctx.stage_dir(writer_of("network.py", ctx.recipe, ctx.pipeline(), first=True)),
+        "conv_bn_act": ctx.artifact("network.py", first=True).parent,
         "folded": ctx.artifact("network.py").parent,
         "mindir": ctx.artifact("network.mindir").parent,
         "plain": plain,

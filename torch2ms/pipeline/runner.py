@@ -24,7 +24,7 @@ from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
 from torch2ms.pipeline.record import Floors, StageRecord
-from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
+from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime.cpu import cpu_choice
@@ -193,6 +193,8 @@ class Runner:
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
         before it that writes that artifact."""
+        from torch2ms.stages import writer_of
+
         out = []
         for name in stage.reads:
             try:

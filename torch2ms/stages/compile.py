@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
+from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.runtime import latency, msutil
 from torch2ms.runtime.memory import release_freed
@@ -46,8 +46,7 @@ class CompileStage(Stage):
 
         # PyNative is the reference figure the speedup is stated against, not a choice: a few calls
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        unfolded = ctx.stage_dir(writer_of("network.py", ctx.recipe, ctx.pipeline(), first=True))
-        cell = msutil.build_network(unfolded, "compile_pynative")
+        cell = msutil.build_network(ctx.artifact("network.py", first=True).parent, "compile_pynative")
         pynative = msutil.time_cell(cell, inputs[0], 0, min(spec.runs, PYNATIVE_RUNS))
         del cell
         release_freed()
