@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from torch2ms.runtime import configure_cpu
+from torch2ms.runtime.cpu import configure_cpu
 
 configure_cpu()
 os.environ.setdefault("GLOG_v", "3")

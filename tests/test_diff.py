@@ -21,8 +21,8 @@ from conftest import REPO, TESTS, run_cli, write_recipe
 
 from torch2ms.compare import compare_arrays
 from torch2ms.converters import api, registry
-from torch2ms.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
+from torch2ms.pipeline.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.recipe import load_recipe
 
@@ -189,7 +189,7 @@ def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeyp
 
 
 def test_a_crashing_localization_never_hides_the_stage_failure(tmp_path, monkeypatch):
-    from torch2ms import divergence
+    from torch2ms.pipeline import divergence
 
     def boom(*args, **kwargs):
         raise RuntimeError("probe exploded")
@@ -305,8 +305,8 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     import shutil
 
     from torch2ms.compare import Tolerance
-    from torch2ms.divergence import localize
     from torch2ms.errors import Torch2msError
+    from torch2ms.pipeline.divergence import localize
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run

@@ -402,7 +402,7 @@ def test_mindspore_with_the_plan_agrees_with_the_emulation_within_one_step(tmp_p
     fake-quantized with the emulation's (scale, zero point), against the emulation with every layer
     in INT8: the outputs differ by less than one activation step at the last layer's input can move
     them (step x the largest row sum of |W|), and much less than INT8 moves them from float."""
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     rng = np.random.default_rng(9)
     np.save(tmp_path / "calib.npy", rng.standard_normal((8, 3, 16, 16)).astype(np.float32))

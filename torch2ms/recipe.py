@@ -30,7 +30,7 @@ class ModelSpec(_Strict):
     onnx: str | None = Field(
         default=None,
         description="an ONNX file as the source instead of a factory: validated and imported by the export "
-        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.onnx_source)",
+        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.export.onnx_file)",
     )
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = Field(default=None, description="state_dict file, loaded with weights_only=True")

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from torch2ms import __version__, mindir_layout
+from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
 from torch2ms.package import aipp, compat, int8, targets
 from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
+from torch2ms.runtime import mindir_layout
 from torch2ms.stages import writer_of
 
 FORMAT = "torch2ms-bundle/1"

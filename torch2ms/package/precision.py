@@ -204,7 +204,7 @@ def make_plan(
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
-    from torch2ms.pipeline.runner import source_hash
+    from torch2ms.pipeline.fingerprint import source_hash
     from torch2ms.pipeline.workspace import sha256_file
 
     payload = {
@@ -428,7 +428,7 @@ def _torch_fp16(recipe, samples: list[dict]) -> list[dict]:
 
 
 def _mindspore_fp16(fold_dir: Path, samples: list[dict], names: list[str]) -> list[dict]:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
