@@ -222,10 +222,21 @@ def test_correct_conversion_has_no_diverging_node(good_run, stage, capsys):
     assert "no diverging node: every tensor is within tolerance" in out
     diff = json.loads((root / stage / "diff.json").read_text())
     tensor_map = json.loads((root / stage / "tensor_map.json").read_text())
-    assert diff["first"] is None and diff["out_of_tolerance"] == 0 and diff["compared"] == len(tensor_map)
-    assert [t["tensor"] for t in diff["tensors"]] == [e["tensor"] for e in tensor_map]
+    assert diff["first"] is None and diff["out_of_tolerance"] == 0
+    # every mapped tensor is compared, except those a pass made that the ONNX does not hold (the fold
+    # stage's Ascend rewrite splits the padded MaxPool into Pad + MaxPool)
+    import onnx
+
+    onnx_tensors = {o for n in onnx.load(str(root / "export" / "model.onnx")).graph.node for o in n.output}
+    skipped = diff["not_compared"]
+    assert diff["compared"] + len(skipped) == len(tensor_map) and not onnx_tensors & set(skipped), skipped
+    assert [t["tensor"] for t in diff["tensors"]] == [e["tensor"] for e in tensor_map if e["tensor"] not in skipped]
     md = (root / stage / "diff.md").read_text()
-    assert all(f"| {e['line']} | `{e['var']}` | {e['op']} | {e['node']} |" in md for e in tensor_map), md
+    assert all(
+        f"| {e['line']} | `{e['var']}` | {e['op']} | {e['node']} |" in md
+        for e in tensor_map
+        if e["tensor"] not in skipped
+    ), md
 
 
 def test_tensor_map_lines_and_inputs(good_run):
