@@ -67,41 +67,27 @@ def _groups(groups: list[dict]) -> list[dict]:
 
 def export_only(recipe, onnx_path: Path) -> dict:
     """The export stage's ONNX without its reference runs: the recipe's model built and exported by
-    the stage's own exporter chain (``export_onnx``, TorchScript then dynamo, each opset in turn) and
-    renamed as the stage does; no PyTorch/onnxruntime comparison, which placement does not need."""
+    the stage's own exporter chain (``export_model``: TorchScript then dynamo, each opset in turn,
+    names without the wrapper's prefix); no PyTorch/onnxruntime comparison, which placement does
+    not need."""
     import torch
 
+    from torch2ms.export.exporters import export_model
     from torch2ms.graph.load import model_opset
     from torch2ms.model_loader import build_model, flatten_outputs
     from torch2ms.samples import sample_inputs
-    from torch2ms.stages.export import _strip_wrapper_names, export_onnx
 
     model = build_model(recipe)
     example = tuple(torch.from_numpy(v) for v in sample_inputs(recipe)[0].values())
     with torch.no_grad():
         names = list(flatten_outputs(model(*example)))
-
-    class Wrapped(torch.nn.Module):  # as the export stage wraps it (its names lose the "inner" prefix)
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args):
-            return tuple(flatten_outputs(self.inner(*args)).values())
-
-    dynamic = {i.name: {0: "batch"} for i in recipe.inputs if len(i.batch_sizes()) > 1} or None
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    attempts, _ = export_onnx(
-        Wrapped(model).eval(), example, onnx_path, ([i.name for i in recipe.inputs], names, dynamic), recipe
-    )
-    _strip_wrapper_names(onnx_path)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    produced, _, _ = export_model(model, example, onnx_path, [i.name for i in recipe.inputs], names, recipe, log)
     import onnx
 
     opset = model_opset(onnx.load(str(onnx_path), load_external_data=False))
-    return {
-        "status": "exported (unchecked)",
-        "extra": {"export_path": {"exporter": attempts[-1].exporter, "opset": opset}},
-    }
+    return {"status": "exported (unchecked)", "extra": {"export_path": {"exporter": produced.exporter, "opset": opset}}}
 
 
 def place_one(zoo: str, name: str, out: Path, from_onnx: bool, full_export: bool = False) -> dict:

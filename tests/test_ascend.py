@@ -168,8 +168,8 @@ def _ort(model, x):
 
 def _run_converted(graph, x, tmp_path):
     """The graph converted to MindSpore code and run in PyNative mode (as the pipeline does)."""
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
+    from torch2ms.runtime import msutil
 
     net = convert_graph(graph, "Network", "model.onnx", "0" * 64, "ascend")
     ms = msutil.mindspore()

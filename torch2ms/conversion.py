@@ -102,9 +102,9 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
 def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
     tensor_map.json + conversion.json, then built and run on the reference inputs in PyNative."""
-    from torch2ms import msutil
     from torch2ms.pipeline.stage import StageOutput
     from torch2ms.pipeline.workspace import atomic_write_text, sha256_file, write_json
+    from torch2ms.runtime import msutil
 
     onnx_path = ctx.artifact("model.onnx")
     graph = ctx.onnx_graph(onnx_path)
