@@ -1,12 +1,13 @@
 """Ascend 310 placement over the zoos: CANN ops off AI Core per model, before and after the rewrites.
 
     PYTHONPATH=. python benchmarks/ascend_zoo.py [--zoos torchvision,smp,yolo,timm] [--only a,b]
-        [--out runs/ascend_zoo] [--timeout 1200] [--retry-failed] [--replace]
+        [--out runs/ascend_zoo] [--timeout 1200] [--retry-failed] [--replace] [--full-export]
         [--md benchmarks/results/ascend_zoo.md] [--json benchmarks/results/ascend_zoo.json]
 
 The cheapest route to the deployed graph's placement, without the five-stage conversion: each
-model's export stage only (``Runner.run(until="export")``, the exporter path, opset and check
-``torch2ms convert`` would use), then ``ascend_report`` on its ONNX, which applies the fold stage's
+model exported by the export stage's own exporter chain (``export_model``: the exporter path and
+opset ``torch2ms convert`` would use, without the stage's PyTorch / onnxruntime reference runs;
+``--full-export`` runs the stage itself), then ``ascend_report`` on its ONNX, which applies the fold stage's
 passes and the Ascend rewrites in-process and places every op, exactly as
 ``torch2ms check --recipe R --target ascend310`` does. No MindSpore network is built or run.
 
