@@ -365,7 +365,7 @@ def _summary(j: dict) -> str:
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path, calib: list[dict]) -> str:
-    from torch2ms.pipeline.runner import source_hash
+    from torch2ms.pipeline.fingerprint import source_hash
     from torch2ms.pipeline.workspace import sha256_file
 
     payload = {
