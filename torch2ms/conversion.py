@@ -45,24 +45,28 @@ def convert_graph(
     recipe_name: str,
     batch: BatchVariant | None = None,
     batch_required: bool = False,
+    layout: str = "flat",
+    modules: dict[str, str] | None = None,
 ) -> GeneratedNetwork:
     """Analyse every node, then generate code; raises UnsupportedOpsError listing all problems.
 
     With ``batch`` (the graph at a second batch size) the sizes that carry the batch are written
     in terms of the input's (``torch2ms.codegen.batch``). Where that is impossible the code keeps
-    static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error."""
+    static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error.
+    ``layout``: ``flat`` or ``modules`` (``torch2ms.codegen.modules``; ``modules`` maps module
+    paths to PyTorch class names)."""
     problems = analyse(graph)
     if problems:
         raise UnsupportedOpsError(format_problems(problems, source, graph.opset), problems)
     header = header_for(class_name, source, sha, graph.opset, recipe_name, CONVENTIONS)
     if batch is None:
-        return CodeBuilder(graph, class_name).build(header)
+        return CodeBuilder(graph, class_name).build(header, layout, modules)
     try:
-        return CodeBuilder(graph, class_name, batch).build(header)
+        return CodeBuilder(graph, class_name, batch).build(header, layout, modules)
     except BatchDependent as err:
         if batch_required:
             raise batch_error(source, str(err)) from None
-        net = CodeBuilder(graph, class_name).build(header)
+        net = CodeBuilder(graph, class_name).build(header, layout, modules)
         net.batch_note = str(err)
         return net
 
@@ -99,6 +103,14 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
     return BatchVariant(second, first, other, batched[0].name), None
 
 
+def module_classes(ctx) -> dict[str, str]:
+    """PyTorch module path -> class name, from the export stage's modules.json (none for an ONNX source)."""
+    import json
+
+    path = ctx.stage_dir("export") / "modules.json"
+    return json.loads(path.read_text())["modules"] if path.exists() else {}
+
+
 def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
     tensor_map.json + conversion.json, then built and run on the reference inputs in PyNative."""
@@ -118,6 +130,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         ctx.recipe.name,
         batch,
         batch_required=ctx.recipe.batch_sizes() is not None,
+        layout=ctx.recipe.rebuild.layout,
+        modules=module_classes(ctx),
     )
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -148,6 +162,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "parameters": n_params,
         # whether the code follows the input's batch (`batch = x.shape[0]`), or why it keeps static sizes
         "batch": {"follows_input": net.batch_source, "static_because": note or net.batch_note},
+        # modules layout: the classes made, the modules kept inline in their parent and why
+        "layout": net.layout,
     }
     write_json(out / "conversion.json", counts)
     return StageOutput(outputs, counts=counts)

@@ -66,6 +66,9 @@ class GeneratedNetwork:
     # the input whose dimension 0 every batch-carrying size follows (None: the code has no batch size in it)
     batch_source: str | None = None
     batch_note: str | None = None  # why the code keeps the batch as a number (it could not follow the input)
+    layout: dict = field(default_factory=lambda: {"layout": "flat"})  # how the code is laid out (modules.py)
+    # checkpoint parameter -> the flat builder's key for it (modules layout), for weight_map.json
+    param_sources: dict[str, str] = field(default_factory=dict)
 
 
 class CodeBuilder:
@@ -80,6 +83,7 @@ class CodeBuilder:
         self.attr_names = Namer()
         self.var_names = Namer()
         self.layers: list[tuple[str, Call]] = []
+        self.layer_params: dict[str, list[str]] = {}  # layer attribute -> its parameters' names
         self.tensors: list[tuple[str, Value]] = []
         self.tensor_of: dict[str, str] = {}
         self.params: dict[str, np.ndarray] = {}
@@ -106,6 +110,7 @@ class CodeBuilder:
     def add_layer(self, node: Node, callee: str, args: tuple, kwargs: dict, params: dict[str, np.ndarray]) -> str:
         name = self.layer_attr(node)
         self.layers.append((name, Call(callee, args, kwargs)))
+        self.layer_params[name] = list(params)
         for pname, arr in params.items():
             self.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
         return name
@@ -182,7 +187,9 @@ class CodeBuilder:
         self.batch_used |= used
         return em, expr
 
-    def build(self, header: str) -> GeneratedNetwork:
+    def build(self, header: str, layout: str = "flat", modules: dict[str, str] | None = None) -> GeneratedNetwork:
+        """The code for the graph: one flat class, or (``layout="modules"``) one class per PyTorch
+        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class)."""
         for node in self.graph.nodes:
             self.emit_node(node)
         # An output the loader folded into a constant (a model returning a Shape) is returned
@@ -196,6 +203,10 @@ class CodeBuilder:
                 first, other = self.graph.values[o].const, self.batch.graph.values[o].const
                 if first is not None and (other is None or not np.array_equal(first, other)):
                     raise BatchDependent(f"output {o!r} is a constant that depends on the batch")
+        if layout == "modules":
+            from torch2ms.codegen.modules import ModuleLayout
+
+            return ModuleLayout(self, modules or {}).render_file(header)
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:

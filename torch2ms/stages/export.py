@@ -37,6 +37,7 @@ import numpy as np
 from torch2ms.errors import ModelError, RecipeError
 from torch2ms.graph.load import SUPPORTED_OPSETS, model_opset
 from torch2ms.graph.onnxrt import run_reference
+from torch2ms.module_record import record_modules
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz, sha256_file
 from torch2ms.samples import batch_samples, sample_inputs
@@ -154,6 +155,7 @@ class ExportStage(Stage):
                 + "; ".join(describe_attempts(failed))
             )
         _strip_wrapper_names(onnx_path)
+        record_modules(model, out)  # module tree + state_dict keys for the rebuild's classes and weight map
         import onnx
 
         onnx.checker.check_model(str(onnx_path))
