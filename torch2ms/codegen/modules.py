@@ -990,5 +990,3 @@ def assign_lines(source: str) -> dict[tuple[str, str], int]:
                                 if isinstance(n, ast.Name):
                                     out.setdefault((c.name, n.id), st.lineno)
     return out
-
-
