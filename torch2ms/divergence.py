@@ -289,6 +289,71 @@ def load_probe(stage_dir: Path, variables: list[str], tag: str, replay=None):
         sys.modules.pop(name, None)
 
 
+def entry_key(entry: dict) -> str:
+    """A tensor_map entry's variable: ``module:var`` in the modules layout (a class's locals are
+    per instance), the variable itself in the flat one."""
+    return f"{entry['module']}:{entry['var']}" if "module" in entry else entry["var"]
+
+
+class _CellHook:
+    """The modules layout's probe hook, called as ``hook(self, 'var', var)`` after every statement
+    of every class: keys the value by the calling cell's path (``backbone.layer1.0:conv1``),
+    records it, and hands back ``replay``'s value (or the computed one)."""
+
+    def __init__(self, replay=None):
+        self.replay = replay
+        self.paths: dict[int, str] = {}
+        self.values: dict[str, list] = {}
+
+    def __call__(self, cell, var: str, value):
+        key = f"{self.paths.get(id(cell), '?')}:{var}"
+        self.values.setdefault(key, []).append(value)
+        return self.replay(key, value) if self.replay is not None else value
+
+
+def instrument_classes(source: str) -> ast.Module:
+    """``source`` with ``v = torch2ms_replay(self, 'v', v)`` after each assignment of every class's
+    ``construct``; the inserted statements carry their statement's line number."""
+    tree = ast.parse(source)
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for f in c.body:
+            if isinstance(f, ast.FunctionDef) and f.name == "construct":
+                body = []  # the arguments first: a statement left out as `y = x` is its argument x
+                for a in f.args.args[1:]:
+                    hook = ast.parse(f"{a.arg} = {REPLAY_HOOK}(self, {a.arg!r}, {a.arg})").body[0]
+                    body.append(ast.copy_location(hook, f.body[0]))
+                for st in f.body:
+                    body.append(st)
+                    if isinstance(st, ast.Assign):
+                        for target in st.targets:
+                            for n in ast.walk(target):
+                                if isinstance(n, ast.Name) and n.id != "_":
+                                    hook = ast.parse(f"{n.id} = {REPLAY_HOOK}(self, {n.id!r}, {n.id})").body[0]
+                                    body.append(ast.copy_location(hook, st))
+                f.body = body
+    return ast.fix_missing_locations(tree)
+
+
+def load_class_probe(stage_dir: Path, tag: str, hook: _CellHook):
+    """The stage's modules-layout network with every class instrumented (``instrument_classes``)."""
+    path = stage_dir / "network.py"
+    source = path.read_text()
+    name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        module.__dict__[REPLAY_HOOK] = hook
+        exec(compile(instrument_classes(source), str(path), "exec"), module.__dict__)  # noqa: S102 - our own code
+        net = module.build(str(stage_dir / "network.ckpt"))
+    finally:
+        sys.modules.pop(name, None)
+    hook.paths = {id(c): n for n, c in net.cells_and_names()}
+    return net
+
+
 class _Replay:
     """The replay hook: records what a statement computed and returns onnxruntime's value of the
     same tensor, in the computed value's dtype (the computed one where shapes differ or there is none)."""
@@ -394,31 +459,51 @@ def localize(
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    replay = _Replay(ms, {e["var"]: e["tensor"] for e in compared})
+    modular = any("module" in e for e in compared)
+    replay = _Replay(ms, {entry_key(e): e["tensor"] for e in compared})
     try:
-        cell = load_probe(stage_dir, variables, stage)
-        replaying = load_probe(stage_dir, variables, stage, replay)
+        if modular:
+            capture, hook = _CellHook(), _CellHook(replay)
+            cell = load_class_probe(stage_dir, stage, capture)
+            replaying = load_class_probe(stage_dir, stage, hook)
+        else:
+            cell = load_probe(stage_dir, variables, stage)
+            replaying = load_probe(stage_dir, variables, stage, replay)
         acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         for sample in samples:
             reference = dict(zip(names, sess.run(names, sample)))
-            values = cell(*[ms.Tensor(v) for v in sample.values()])
-            captured = dict(zip(variables, values))
+            if modular:
+                capture.values = {}
+                cell(*[ms.Tensor(v) for v in sample.values()])
+                # a module called twice computes its variables twice: the entries take them in order
+                seen: dict[str, int] = {}
+                captured = {}
+                for e in compared:
+                    k = entry_key(e)
+                    n = seen[k] = seen.get(k, -1) + 1
+                    values = capture.values.get(k, [])
+                    captured[id(e)] = values[min(n, len(values) - 1)] if values else None
+            else:
+                values = cell(*[ms.Tensor(v) for v in sample.values()])
+                by_var = dict(zip(variables, values))
+                captured = {id(e): by_var[e["var"]] for e in compared}
             for e in compared:
-                value = captured[e["var"]]
+                value = captured[id(e)]
                 acc[e["tensor"]].add(
                     value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]]
                 )
             replay.reference, replay.computed = reference, {}
             replaying(*[ms.Tensor(v) for v in sample.values()])
             for e in compared:
-                if e["var"] in replay.computed:
-                    local_acc[e["tensor"]].add(replay.computed[e["var"]], reference[e["tensor"]])
+                if entry_key(e) in replay.computed:
+                    local_acc[e["tensor"]].add(replay.computed[entry_key(e)], reference[e["tensor"]])
     finally:
         ms.set_context(mode=mode)
     local_tol = Tolerance(*widen(tol.rel_error, tol.cosine, LOCAL_SHARE), 0.0)
 
-    lines = statement_lines(source)  # from the code itself: older tensor maps counted the header as one line
+    # from the code itself: older tensor maps counted the header as one line
+    lines = {} if modular else statement_lines(source)
     tensors = []
     for e in compared:
         a = acc[e["tensor"]]
@@ -426,7 +511,7 @@ def localize(
         t = TensorDiff(
             e["tensor"],
             e["var"],
-            lines.get(e["var"], e["line"]),
+            e["line"] if modular else lines.get(e["var"], e["line"]),
             e["node"],
             e["op"],
             e.get("origin", [e["node"]]),

@@ -206,7 +206,12 @@ class CodeBuilder:
         if layout == "modules":
             from torch2ms.codegen.modules import ModuleLayout
 
-            return ModuleLayout(self, modules or {}).render_file(header)
+            try:
+                return ModuleLayout(self, modules or {}).render_file(header)
+            except Exception as err:  # noqa: BLE001 - a grouping bug must not cost the conversion: flat, and say why
+                net = self.render(header)
+                net.layout = {"layout": "flat", "modules_failed": f"{type(err).__name__}: {err}"}
+                return net
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:
