@@ -846,14 +846,16 @@ class ModuleLayout:
         counts: dict[str, int] = {}
         for _, call in b.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
-        in_class = sum(len(self.b.statements[i].node.origin) for i in self._class_members(root))
+        # a node is in a module when its statement belongs to a PyTorch module (its class, its layer
+        # attribute, or inline as a weight-free leaf of one), not to the network's own code
+        in_class = sum(len(self.b.statements[i].node.origin) for i in root.members - set(root.stmts))
         total = sum(len(st.node.origin) for st in b.statements)
         record = {
             "layout": "modules",
             "classes": {g.name: {"pytorch": g.base, "instances": len(g.instances)} for g in self.groups},
             "inlined": self.inlined,
             "renamed": self.renamed,
-            "nodes_in_module_classes": in_class,
+            "nodes_in_modules": in_class,
             "nodes": total,
             "formatter": formatter,
         }
@@ -868,14 +870,6 @@ class ModuleLayout:
         net.layout = record
         net.param_sources = self.sources
         return net
-
-    def _class_members(self, root: Scope) -> set[int]:
-        """Statements written inside a module class (not the top-level network class)."""
-        out: set[int] = set()
-        for g in self.groups:
-            for s in g.instances:
-                out |= s.members
-        return out
 
     def _collect(self, s: Scope, path: str, cls: str, lines, tensor_map, params) -> None:
         b = self.b
