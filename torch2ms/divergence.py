@@ -207,10 +207,11 @@ class DiffReport:
 
 def _construct(source: str | ast.Module) -> ast.FunctionDef:
     tree = ast.parse(source) if isinstance(source, str) else source
+    # the network's class is the file's last (the modules layout defines its module classes first)
     construct = next(
         (
             f
-            for c in tree.body
+            for c in reversed(tree.body)
             if isinstance(c, ast.ClassDef)
             for f in c.body
             if isinstance(f, ast.FunctionDef) and f.name == "construct"

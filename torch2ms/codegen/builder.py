@@ -67,8 +67,8 @@ class GeneratedNetwork:
     batch_source: str | None = None
     batch_note: str | None = None  # why the code keeps the batch as a number (it could not follow the input)
     layout: dict = field(default_factory=lambda: {"layout": "flat"})  # how the code is laid out (modules.py)
-    # checkpoint parameter -> the flat builder's key for it (modules layout), for weight_map.json
-    param_sources: dict[str, str] = field(default_factory=dict)
+    # checkpoint parameter -> the ONNX nodes it was made for (what weight_map.json reports)
+    param_origin: dict[str, list[str]] = field(default_factory=dict)
 
 
 class CodeBuilder:
@@ -84,6 +84,8 @@ class CodeBuilder:
         self.var_names = Namer()
         self.layers: list[tuple[str, Call]] = []
         self.layer_params: dict[str, list[str]] = {}  # layer attribute -> its parameters' names
+        self.param_origin: dict[str, list[str]] = {}  # parameter -> the ONNX nodes it was made for
+        self.node: Node | None = None  # the node being converted
         self.tensors: list[tuple[str, Value]] = []
         self.tensor_of: dict[str, str] = {}
         self.params: dict[str, np.ndarray] = {}
@@ -113,6 +115,7 @@ class CodeBuilder:
         self.layer_params[name] = list(params)
         for pname, arr in params.items():
             self.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
+            self.param_origin[f"{name}.{pname}"] = list(node.origin)
         return name
 
     def tensor(self, array: np.ndarray, hint: str) -> str:
@@ -141,6 +144,7 @@ class CodeBuilder:
             self.tensor_of[key] = name
             self.tensors.append((name, Value(name, tuple(array.shape), array.dtype, array)))
             self.params[name] = np.ascontiguousarray(array)
+            self.param_origin[name] = list(self.node.origin) if self.node is not None else []
         return self.tensor_of[key]
 
     def const_expr(self, v: Value) -> str:
@@ -150,6 +154,7 @@ class CodeBuilder:
 
     # --- conversion ---
     def emit_node(self, node: Node) -> None:
+        self.node = node
         reg = lookup(node.op_type, self.graph.opset, node.domain)
         if reg is None:
             raise Unsupported("no converter")
@@ -289,9 +294,11 @@ class CodeBuilder:
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
         source = self.batch.source if self.batch_used else None
-        return GeneratedNetwork(
+        net = GeneratedNetwork(
             "\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source
         )
+        net.param_origin = self.param_origin
+        return net
 
 
 def class_name_for(name: str) -> str:

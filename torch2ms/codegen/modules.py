@@ -498,6 +498,8 @@ class ModuleLayout:
             return False
         prev = ins[0]
         for c in kids:
+            if c.kind == "container" and not self.chain(c):
+                return False  # an nn.CellList is not callable
             ci, co = self.interface(c.members)
             if ci != [prev] or len(co) != 1 or self.batch_arg(c):
                 return False
@@ -619,6 +621,11 @@ class ModuleLayout:
                 for j, v in enumerate(cout):
                     local[v] = names(hint if len(cout) == 1 else f"{hint}_{j}")
                     targets.append(local[v])
+                    last = u.children[max(u.children, key=lambda k: u.children[k].first)] if u.children else None
+                    if u.kind == "container" and last is not None and last.kind == "layer":
+                        # a SequentialCell runs its layers itself: its output is the last one's
+                        p = self.producer[v]
+                        entries.append((p, [local[v] if t == v else "_" for t in b.statements[p].targets]))
                 lines.append([f"{', '.join(targets)} = {access}({', '.join(call_args)})"])
         if root:
             for r in b.returns:  # an output the loader folded into a stored constant
@@ -843,6 +850,8 @@ class ModuleLayout:
         tensor_map = []
         params: dict[str, np.ndarray] = {}
         self._collect(root, "", b.class_name, lines, tensor_map, params)
+        # in the order the network computes them (divergence takes the first that leaves tolerance)
+        tensor_map.sort(key=lambda e: e.pop("index"))
         counts: dict[str, int] = {}
         for _, call in b.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
@@ -868,7 +877,7 @@ class ModuleLayout:
             b.batch.source if b.batch_used else None,
         )
         net.layout = record
-        net.param_sources = self.sources
+        net.param_origin = {k: b.param_origin.get(flat, []) for k, flat in self.sources.items()}
         return net
 
     def _collect(self, s: Scope, path: str, cls: str, lines, tensor_map, params) -> None:
@@ -888,6 +897,7 @@ class ModuleLayout:
                 line = lines.get((cls, var), lines.get((cls, "")))
                 tensor_map.append(
                     {
+                        "index": i,
                         "tensor": onnx_name,
                         "var": var,
                         "line": line,
