@@ -103,22 +103,19 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
     return BatchVariant(second, first, other, batched[0].name), None
 
 
-def module_classes(ctx) -> dict[str, str]:
-    """PyTorch module path -> class name, from the export stage's modules.json (none for an ONNX source)."""
+def module_record(ctx) -> dict:
+    """The export stage's modules.json (module classes, state_dict hashes); empty for an ONNX source."""
     import json
 
     path = ctx.stage_dir("export") / "modules.json"
-    return json.loads(path.read_text())["modules"] if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
-def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
-    """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
-    tensor_map.json + conversion.json, then built and run on the reference inputs in PyNative."""
-    from torch2ms import msutil
-    from torch2ms.pipeline.stage import StageOutput
-    from torch2ms.pipeline.workspace import atomic_write_text, sha256_file, write_json
+def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
+    """``onnx_path`` through ``passes`` into generated code: (graph, passes fired, network, why the
+    batch is static). ``sha``: the source hash the header names (default: ``onnx_path``'s)."""
+    from torch2ms.pipeline.workspace import sha256_file
 
-    onnx_path = ctx.artifact("model.onnx")
     graph = ctx.onnx_graph(onnx_path)
     fired = run_passes(graph, passes)
     batch, note = batch_variant(ctx, onnx_path, graph, passes)
@@ -126,13 +123,30 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         graph,
         class_name_for(ctx.recipe.name),
         "model.onnx",
-        sha256_file(onnx_path),
+        sha or sha256_file(onnx_path),
         ctx.recipe.name,
         batch,
         batch_required=ctx.recipe.batch_sizes() is not None,
         layout=ctx.recipe.rebuild.layout,
-        modules=module_classes(ctx),
+        modules=module_record(ctx).get("modules", {}),
     )
+    return graph, fired, net, note
+
+
+def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
+    """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
+    tensor_map.json + conversion.json (+ weight_map.json when the export recorded the state_dict),
+    then built and run on the reference inputs in PyNative."""
+    from torch2ms import msutil
+    from torch2ms.pipeline.stage import StageOutput
+    from torch2ms.pipeline.workspace import atomic_write_text, write_json
+    from torch2ms.weight_map import weight_map
+
+    onnx_path = ctx.artifact("model.onnx")
+    graph, fired, net, note = generate(ctx, onnx_path, passes)
+    record = module_record(ctx)
+    if record.get("state_dict"):
+        write_json(out / "weight_map.json", weight_map(onnx_path, record, net.params, net.param_origin))
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     atomic_write_text(out / "network.py", net.source)

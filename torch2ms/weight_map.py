@@ -22,12 +22,10 @@ import numpy as np
 from torch2ms.module_record import array_hash
 
 
-def _initializer_keys(onnx_path: Path, state: dict[str, dict]) -> dict[str, list[str]]:
+def _initializer_keys(model, state: dict[str, dict]) -> dict[str, list[str]]:
     """ONNX node name -> the state_dict keys among its initializer inputs (by name, else by value)."""
-    import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(onnx_path))
     by_hash: dict[str, list[str]] = {}
     for k, e in state.items():
         by_hash.setdefault(e["sha1"], []).append(k)
@@ -44,18 +42,21 @@ def _initializer_keys(onnx_path: Path, state: dict[str, dict]) -> dict[str, list
     return {n.name: [k for i in n.input for k in keys_of.get(i, [])] for n in model.graph.node}
 
 
-def weight_map(
-    onnx_path: Path, record: dict, params: dict[str, np.ndarray], origin: dict[str, list[str]], ops: dict[str, str]
-) -> dict:
+def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], origin: dict[str, list[str]]) -> dict:
     """The map for a generated network's checkpoint ``params`` (name -> array) made for the ONNX
-    nodes ``origin`` (name -> node names; ``ops``: node name -> op type)."""
+    nodes ``origin`` (name -> node names)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path))
+    ops = {n.name: n.op_type for n in model.graph.node}
     state = record.get("state_dict", {})
     by_hash: dict[str, list[tuple[str, str]]] = {}
     for k, e in state.items():
         by_hash.setdefault(e["sha1"], []).append((k, "copy"))
         if "sha1_t" in e:
             by_hash.setdefault(e["sha1_t"], []).append((k, "transpose"))
-    node_keys = _initializer_keys(onnx_path, state)
+    node_keys = _initializer_keys(model, state)
+    del model
     out: dict[str, list[dict]] = {k: [] for k in state}
     for name, array in params.items():
         nodes = origin.get(name, [])
