@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 import torch
 from torch import nn
 

@@ -118,11 +118,12 @@ def pytorch_outputs(recipe, state: dict[str, np.ndarray], samples: list[dict]) -
     model = build_model(recipe)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
     model.eval()
+    out = []
     with torch.no_grad():
-        return [
-            {k: v.detach().numpy().copy() for k, v in flatten_outputs(model(*map(torch.from_numpy, s.values()))).items()}
-            for s in samples
-        ]
+        for s in samples:
+            result = flatten_outputs(model(*map(torch.from_numpy, s.values())))
+            out.append({k: v.detach().numpy().copy() for k, v in result.items()})
+    return out
 
 
 def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeights]:
@@ -179,7 +180,8 @@ def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeig
                 raise CheckFailed(
                     f"{stage}: the network with {state_path.name}'s weights leaves PyTorch's outputs: " + "; ".join(bad)
                 )
-            log(f"load-weights: {stage} matches PyTorch ({', '.join(f'{m.name} rel {m.rel_error:.2g}' for m in metrics)})")
+            errors = ", ".join(f"{m.name} rel {m.rel_error:.2g}" for m in metrics)
+            log(f"load-weights: {stage} matches PyTorch ({errors})")
             done.append((StageWeights(stage, stage_dir / f"network.{state_path.stem}.ckpt", metrics), ckpt))
         for weights, ckpt in done:  # every stage passed: now write
             os.replace(ckpt, weights.checkpoint) if _same_device(ckpt, weights.checkpoint) else _copy(ckpt, weights)

@@ -27,7 +27,7 @@ def load_weights_command(
 
     if run.is_dir():
         if recipe is None:
-            raise Torch2msError(f"{run}: a run folder; give its recipe with --recipe (the PyTorch model to check against)")
+            raise Torch2msError(f"{run}: a run folder; give its recipe with --recipe (the model to check against)")
         r, run_dir = load_recipe(recipe), RunDir(run)
     else:
         r = load_recipe(run)
