@@ -435,12 +435,16 @@ class ModuleLayout:
                 s.kind = "class"
         elif not s.stmts and all(c.attr.isdigit() for c in s.children.values()):
             s.kind = "container"
+        elif not s.stmts and self.classes.get(s.module) == "Sequential":
+            s.kind = "container"  # named children (add_module): an nn.SequentialCell if they run as a chain
         else:
             s.kind = "class"
         if s.kind == "container":
             for c in s.children.values():
                 if c.kind == "inline" or (c.kind == "layer" and not self.pure(c)):
                     c.kind = "class"
+            if not all(c.attr.isdigit() for c in s.children.values()) and not self.chain(s):
+                s.kind = "class"
 
     def pure(self, s: Scope) -> bool:
         """A layer call taking the one variable (the statement is ``self.<layer>(<var>)``)."""
@@ -487,11 +491,13 @@ class ModuleLayout:
         return self.batch_input(self.interface(s.members)[0]) is None
 
     def chain(self, s: Scope) -> bool:
-        """A numbered container whose children run one after the other on one value."""
-        if self.classes.get(s.module) not in (None, "Sequential"):
+        """A container whose children run one after the other on one value (a ModuleList is
+        never one: PyTorch calls its items)."""
+        if self.classes.get(s.module) in ("ModuleList", "ModuleDict"):
             return False
         kids = list(s.children.values())
-        if [c.attr for c in kids] != sorted((c.attr for c in kids), key=int):
+        digits = all(c.attr.isdigit() for c in kids)
+        if digits and [c.attr for c in kids] != sorted((c.attr for c in kids), key=int):
             return False
         ins, outs = self.interface(s.members)
         if len(ins) != 1 or len(outs) != 1:
@@ -522,6 +528,12 @@ class ModuleLayout:
             return call_pieces(self.layer_calls[flat])
         if c.kind == "class":
             return [ChildRef(c)]
+        if not all(k.attr.isdigit() for k in c.children.values()):  # named: the keys are the attribute names
+            out = ["nn.SequentialCell(OrderedDict(["]
+            for k in c.children.values():
+                out += [f'("{k.attr}", ', *self.ctor(k), "), "]
+            out[-1] = ")]))"
+            return out
         kids = {int(k.attr): k for k in c.children.values()}
         out = ["nn.SequentialCell([" if self.chain(c) else "nn.CellList(["]
         for n in range(max(kids) + 1):
@@ -546,6 +558,7 @@ class ModuleLayout:
             self._render_tree(c)
         b = self.b
         root = s.parent is None
+        self.prefix = snake(s.module.replace(".", "_")) + "_" if s.module else ""
         attrs = Namer(CELL_NAMES)
         names = Namer({"batch"} if self.batch else set())
         local: dict[str, str] = {}
@@ -661,6 +674,8 @@ class ModuleLayout:
 
     def _tensor(self, flat: str, attrs, init, own_tensors, params) -> None:
         hint = re.sub(r"_\d+$", "", flat)
+        if self.prefix and hint.startswith(self.prefix):  # encoder_pos_embedding in encoder: pos_embedding
+            hint = hint[len(self.prefix) :]
         hint = hint.rsplit("_", 1)[-1] if len(hint) > 24 else hint
         name = attrs(hint or "const")
         own_tensors[flat] = name
@@ -712,7 +727,11 @@ class ModuleLayout:
                 self._render_tree(k)
 
     def _group(self, s: Scope) -> None:
-        base = self.classes.get(s.module) or "".join(p[:1].upper() + p[1:] for p in snake(s.attr).split("_")) or "Block"
+        base = (
+            (self.classes.get(s.module) or "").lstrip("_")
+            or "".join(p[:1].upper() + p[1:] for p in snake(s.attr).split("_"))
+            or "Block"
+        )
         if not base.isidentifier() or not base[0].isalpha():
             base = f"Block{base}"
         key = (base, tuple(s.body.signature))
@@ -818,18 +837,23 @@ class ModuleLayout:
         classes = [(g.name, g.lines, g) for g in self.groups] + [(b.class_name, root_lines, None)]
         body = []
         for name, lines, g in classes:
-            doc = (
-                f'    """PyTorch {g.base}: {", ".join(s.module for s in g.instances[:3])}'
-                f'{", ..." if len(g.instances) > 3 else ""}."""'
-                if g
-                else f'    """Generated from {b.graph.name!r}; see the module docstring."""'
-            )
+            if g:
+                n = len(g.instances)
+                doc = f"PyTorch {g.base}: {g.instances[0].module}" + (f" and {n - 1} more" if n > 1 else "")
+                doc = f'    """{doc if len(doc) < 88 else f"PyTorch {g.base} ({n} instances)"}."""'
+            else:
+                doc = f'    """Generated from {b.graph.name!r}; see the module docstring."""'
+
             body += [f"class {name}(nn.Cell):", doc, "", *lines, "", ""]
         text = "\n".join(body + [source for source in b.definitions.values()])
         used = {t.string for t in tokens_safe(text)} | ({"ms"} if b.params else set())
         imports = []
-        if b.params:
-            imports += ["import os", ""]
+        if b.params or "OrderedDict" in used:
+            imports += [
+                *(["import os"] if b.params else []),
+                *(["from collections import OrderedDict"] if "OrderedDict" in used else []),
+                "",
+            ]
         if "ms" in used:
             imports.append("import mindspore as ms")
         names = [n for n in ("Parameter", "nn", "ops") if n in used]
