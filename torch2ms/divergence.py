@@ -83,10 +83,17 @@ class TensorDiff:
     problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
     local: OutputMetrics | None = None  # computed from onnxruntime's inputs (the replay)
     local_problem: str = ""  # the local error's violation of LOCAL_SHARE x the tolerance
+    module: str | None = None  # modules layout: the PyTorch module path of the instance, and its class
+    cls: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problem
+
+    @property
+    def where(self) -> str:
+        """`` in Bottleneck.construct (backbone.layer3.5)`` inside a module class, else nothing."""
+        return f" in {self.cls}.construct ({self.module})" if self.cls and self.module else ""
 
     def to_dict(self) -> dict:
         return {
@@ -102,6 +109,7 @@ class TensorDiff:
             "metrics": self.metrics.to_dict() if self.metrics else None,
             "local": self.local.to_dict() if self.local else None,
             "local_problem": self.local_problem,
+            **({"module": self.module, "class": self.cls} if self.cls else {}),
         }
 
 
@@ -158,7 +166,7 @@ class DiffReport:
         return [t for t in self.tensors if not t.ok and t is not self.first]
 
     def location(self) -> str:
-        return f"{self.code_file}:{self.first.line}" if self.first else ""
+        return f"{self.code_file}:{self.first.line}{self.first.where}" if self.first else ""
 
     def summary(self) -> str:
         """One sentence for failure messages."""
@@ -518,6 +526,8 @@ def localize(
             e.get("origin", [e["node"]]),
             _entry_inputs(e, nodes, constants),
             m,
+            module=e.get("module"),
+            cls=e.get("class"),
         )
         t.problem = a.problem or "; ".join(tol.violations(m))
         la = local_acc[e["tensor"]]
