@@ -6,7 +6,9 @@ PyTorch's within float32 rounding and the flat layout's bit for bit."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
+import json
 import subprocess
 import sys
 import warnings
@@ -49,9 +51,11 @@ def convert(tmp: Path, model: nn.Module, shape: tuple, layout: str, fold: bool =
         for n in proto.graph.node:
             n.name = rename.get(n.name, n.name)
         classes = {**classes, **rename.get("classes", {})}
+    onnx.save(proto, str(tmp / "model.onnx"))
     graph = graph_from_model(proto, 17, {"x": shape})
     run_passes(graph, fold_passes(True) if fold else rebuild_passes(True))
-    net = convert_graph(graph, "Net", "model.onnx", "0" * 64, "test", layout=layout, modules=classes)
+    sha = hashlib.sha256((tmp / "model.onnx").read_bytes()).hexdigest()
+    net = convert_graph(graph, "Net", "model.onnx", sha, "test", layout=layout, modules=classes)
     out = tmp / f"{layout}{'_fold' if fold else ''}"
     out.mkdir()
     (out / "network.py").write_text(net.source)
@@ -198,3 +202,25 @@ def test_flat_layout_is_unchanged(tmp_path):
     net, _, _, _ = convert(tmp_path, Net(), (1, 3, 16, 16), "flat")
     assert net.layout == {"layout": "flat"}
     assert list(classes_of(net.source)) == ["Net"]
+
+
+def test_diff_names_the_instance_and_class_line(tmp_path, monkeypatch):
+    """A wrong Add converter: ``localize`` instruments every class and finds the first wrong
+    statement inside ``Block.construct`` of the first block (``stages.0``), at the class's line."""
+    from torch2ms.compare import Tolerance
+    from torch2ms.converters import api, registry
+    from torch2ms.divergence import localize
+
+    registry.registrations()
+    wrong = api.Registration("Add", 1, lambda em: f"{em.operand(0)} - {em.operand(1)}")
+    monkeypatch.setitem(api.REGISTRY, ("", "Add"), [wrong])
+    model = _randomize(Net())
+    net, _, _, _ = convert(tmp_path, model, (1, 3, 16, 16), "modules")
+    (tmp_path / "modules" / "tensor_map.json").write_text(json.dumps(net.tensor_map))
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    report = localize(tmp_path / "model.onnx", tmp_path / "modules", [{"x": x}], Tolerance(1e-4, 0.9999), "rebuild")
+    first = report.first
+    line = net.source.splitlines().index("        add = conv2 - conv1") + 1
+    assert (first.op, first.module, first.cls, first.line) == ("Add", "stages.0", "Block", line)
+    assert report.wrong is first  # on onnxruntime's own inputs this statement alone is wrong
+    assert f"network.py:{line} in Block.construct (stages.0)" in report.summary()
