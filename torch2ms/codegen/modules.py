@@ -77,6 +77,7 @@ ORDER = [
     "kernel_size", "stride", "pad_mode", "padding", "output_padding", "dilation", "group", "has_bias", "has_bn",
     "momentum", "eps", "activation", "ceil_mode",
 ]  # fmt: skip
+NAMED = {n for names in POSITIONAL.values() for n in names} | set(ORDER) - {"init"}
 # attribute names a MindSpore Cell uses itself
 CELL_NAMES = set(
     "construct cells training phase parameters cls_name name compile run insert_child_to_cell update_parameters_name "
@@ -117,6 +118,11 @@ def rename(expr: str, names: dict[str, str], attrs: dict[str, str]) -> str:
     for begin, end, text in reversed(edits):
         expr = expr[:begin] + text + expr[end:]
     return expr
+
+
+def _named(hint: str) -> bool:
+    """A hint that names what the value is (a layer argument), not only where it is used."""
+    return hint == "channels" or hint in NAMED
 
 
 @dataclass
@@ -766,15 +772,22 @@ class ModuleLayout:
         n = len(vectors[0])
         varying = [k for k in range(n) if len({v[k].text for v in vectors}) > 1]
         namer = Namer({"self"})
-        by_values: dict[tuple, str] = {}
+        by_values: dict[tuple, list[tuple[str, str]]] = {}  # values -> [(kind, parameter)]
         for k in varying:
             hint = vectors[0][k].hint
-            # one argument for equal values of the same kind (conv1's out_channels, conv2's in_channels)
-            values = (tuple(v[k].text for v in vectors), "channels" if "channels" in hint else hint)
-            if values not in by_values:
-                by_values[values] = namer(hint)
-                g.params.append(by_values[values])
-            g.param_of[k] = by_values[values]
+            values = tuple(v[k].text for v in vectors)
+            kind = "channels" if "channels" in hint else hint
+            # one argument for equal values of one kind (conv1's out_channels, conv2's in_channels); a
+            # size in construct (a reshape target) takes a layer's argument of equal values
+            known = by_values.setdefault(values, [])
+            same = [p for kd, p in known if kd == kind or not (_named(kd) and _named(kind))]
+            if same:
+                g.param_of[k] = same[0]
+                continue
+            name = namer(hint)
+            g.params.append(name)
+            g.param_of[k] = name
+            known.append((kind, name))
         first = {}
         for k in varying:
             first.setdefault(g.param_of[k], k)
