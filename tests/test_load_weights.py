@@ -73,6 +73,9 @@ def test_weight_map_names_every_key(converted):
         assert wm["features.0.0.weight"][0]["transform"] == ("copy" if stage == "rebuild" else "bn_fold")
         assert wm["features.0.1.running_var"][0]["transform"] == bn
         assert "unused" in wm["features.0.1.num_batches_tracked"]
+        if stage == "rebuild":  # the BatchNorm inside the fused cell
+            bn = wm["features.0.1.running_var"][0]
+            assert (bn["parameter"], bn["fused_into"]) == ("features.0.0.batchnorm.moving_variance", "features.0.0")
     assert wm["head.weight"][0]["parameter"] == "head.weight"
 
 

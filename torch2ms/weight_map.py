@@ -68,7 +68,8 @@ def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], ori
         hits = [h for h in hits if h[0] in readers] or hits[:1]
         entry = {"parameter": name}
         if len(nodes) > 1:
-            entry["fused_into"] = name.rsplit(".", 2 if name.endswith((".conv.weight", ".conv.bias")) else 1)[0]
+            cell = name.rsplit(".", 1)[0]  # nn.Conv2dBnAct's inner conv / batchnorm are part of the cell
+            entry["fused_into"] = cell.rsplit(".", 1)[0] if cell.endswith((".conv", ".batchnorm", ".dense")) else cell
             entry["fused_nodes"] = nodes
         if hits:
             for key, how in hits[:1]:
