@@ -224,3 +224,32 @@ def test_diff_names_the_instance_and_class_line(tmp_path, monkeypatch):
     assert (first.op, first.module, first.cls, first.line) == ("Add", "stages.0", "Block", line)
     assert report.wrong is first  # on onnxruntime's own inputs this statement alone is wrong
     assert f"network.py:{line} in Block.construct (stages.0)" in report.summary()
+
+
+class Named(nn.Module):
+    """A Sequential with named children (``add_module``), as torchvision's ViT encoder has."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential()
+        for k in range(2):
+            self.layers.add_module(f"block_{k}", Block(4, 4))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(self.layers(x).mean((2, 3)))
+
+
+def test_named_sequential_is_an_ordered_sequentialcell_in_graph_mode(tmp_path):
+    net, cell = check(tmp_path, _randomize(Named()), (2, 4, 8, 8))
+    assert 'nn.SequentialCell(OrderedDict([("block_0", Block()), ("block_1", Block())]))' in net.source
+    assert "layers.block_1.conv2.conv.weight" in {p.name for p in cell.get_parameters()}
+    ms = msutil.mindspore()
+    x = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    eager = cell(ms.Tensor(x)).asnumpy()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        graph = cell(ms.Tensor(x)).asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-5)
