@@ -9,6 +9,9 @@ RECIPE ?= recipes/deeplabv3plus.yaml
 ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
 PYTEST_ARGS ?=
+# Two pytest-xdist workers: the CPU count here, and what fits in memory beside MindSpore (~5 GB peak each).
+# tests/conftest.py groups each test file (tests/converters/ as one) onto one worker.
+TEST_WORKERS ?= 2
 
 .PHONY: venv convert lint test test-slow zoo bench clean
 
@@ -28,7 +31,7 @@ lint: venv
 	$(BIN)/ruff format --check torch2ms tests benchmarks
 
 test: venv lint
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

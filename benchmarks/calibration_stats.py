@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from torch2ms.export.hooks import activation_range
 from torch2ms.model_loader import (
     CALIBRATION_BATCH,
     CALIBRATION_IMAGES,
@@ -40,7 +41,6 @@ from torch2ms.model_loader import (
     measure_norm_stats,
 )
 from torch2ms.recipe import load_recipe
-from torch2ms.stages.export import activation_range
 
 
 def norms_of(model) -> list:

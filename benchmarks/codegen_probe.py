@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from torch2ms import msutil
+from torch2ms.runtime import msutil
 
 ms = msutil.mindspore()
 nn, ops = ms.nn, ms.ops

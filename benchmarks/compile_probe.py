@@ -12,10 +12,10 @@ import statistics
 import time
 from pathlib import Path
 
-from torch2ms import msutil
 from torch2ms.compare import compare_arrays
 from torch2ms.pipeline.context import split_reference
 from torch2ms.pipeline.workspace import load_npz
+from torch2ms.runtime import msutil
 from torch2ms.stages.compile import set_graph_mode
 
 SETTINGS = {

@@ -37,7 +37,7 @@ DRIVER = r"""
 import json, sys, time
 t_proc = float(sys.argv[3])
 print("@@" + json.dumps({"event": "python_start", "t": time.time()}), flush=True)
-from torch2ms.runtime import configure_cpu
+from torch2ms.runtime.cpu import configure_cpu
 configure_cpu()
 from torch2ms.pipeline.report import write_reports
 from torch2ms.pipeline.runner import Runner

@@ -48,7 +48,7 @@ os.environ.setdefault("GLOG_v", "3")
 import numpy as np
 import mindspore as ms
 from pathlib import Path
-from torch2ms import msutil
+from torch2ms.runtime import msutil
 from torch2ms.compare import compare_arrays
 from torch2ms.pipeline.context import split_reference
 from torch2ms.pipeline.workspace import load_npz

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from torch2ms.package import precision
-from torch2ms.package.compat import Fp16Emulator
+from torch2ms.package.emulate import Fp16Emulator
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe

@@ -43,14 +43,14 @@ BASE = "33c2c82"  # main when the fusion work began (before the formula passes)
 def generate(onnx_path: str, shape: list[int], out: str) -> None:
     """Subprocess body: the fold stage's network from ``onnx_path`` into ``out`` (with whatever
     torch2ms is first on sys.path)."""
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()
     import torch2ms
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
     from torch2ms.graph import load_onnx
     from torch2ms.passes import fold_passes, run_passes
+    from torch2ms.runtime import msutil
 
     graph = load_onnx(onnx_path, {"input": tuple(shape)})
     passes = fold_passes()
@@ -73,10 +73,10 @@ def generate(onnx_path: str, shape: list[int], out: str) -> None:
 
 def dump_kernels(network: str, shape: list[int], dump_dir: str) -> None:
     """Subprocess body: compile ``network`` in GRAPH_MODE with the final kernel graph dumped."""
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     os.environ["MS_DEV_DUMP_IR_PASSES"] = "graph_build"
@@ -120,8 +120,8 @@ def measure(model: str, rounds: int, warmup: int, root: Path, onnx_cache: Path) 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from fusion_coverage import export
 
-    from torch2ms import msutil
     from torch2ms.compare import compare_arrays
+    from torch2ms.runtime import msutil
 
     name, _, opset = model.partition("@")
     onnx_path, shape = export(name, int(opset or 17), onnx_cache)
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--md", help="the tables as markdown")
     args = ap.parse_args(argv)
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()
     os.environ.setdefault("YOLO_OFFLINE", "1")

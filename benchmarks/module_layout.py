@@ -78,10 +78,10 @@ def shape_of(source: str) -> dict:
 def measure(name: str) -> dict:
     import torch
 
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
     from torch2ms.graph.load import graph_from_model
     from torch2ms.passes import rebuild_passes, run_passes
+    from torch2ms.runtime import msutil
 
     spec, kwargs, shape = MODELS[name]
     torch.manual_seed(0)

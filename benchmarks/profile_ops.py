@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 MS_CHILD = r"""
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from torch2ms import msutil
+from torch2ms.runtime import msutil
 from torch2ms.stages.compile import set_graph_mode
 from torch2ms.pipeline.context import split_reference
 from torch2ms.pipeline.workspace import load_npz
@@ -133,7 +133,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--md", type=Path)
     args = ap.parse_args()
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()
     ms_prof = profile_mindspore(args.run, args.stage, args.graph_kernel, args.steps)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from torch2ms.runtime import configure_cpu
+from torch2ms.runtime.cpu import configure_cpu
 
 configure_cpu()
 os.environ.setdefault("GLOG_v", "3")
@@ -86,3 +86,21 @@ def run_bundle_infer(bundle_dir: Path, *args: str, timeout: int = 300):
     return subprocess.run(
         [sys.executable, "-c", code], cwd=bundle_dir, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+# `make test` runs on two pytest-xdist workers with `--dist loadgroup`. Each test file is one group, so
+# a file's module-scoped fixtures (a converted run, a trained model) are built once, in one worker.
+# tests/converters/ and tests/test_fusion.py form one group: their coverage check
+# (converters/test_coverage.py) needs every converter test to have run in its own process.
+_ONE_PROCESS = (TESTS / "converters", TESTS / "test_fusion.py")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        path = Path(item.path)
+        group = (
+            "converters" if any(path == p or p in path.parents for p in _ONE_PROCESS) else str(path.relative_to(TESTS))
+        )
+        item.add_marker(pytest.mark.xdist_group(group))

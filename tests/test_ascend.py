@@ -26,6 +26,7 @@ from torch2ms.passes import (
     ExpandGroupNorm,
     ExpandHardActivations,
     MaxPoolPadToPad,
+    MirrorPadToConcat,
     PowToMul,
     fold_passes,
     run_passes,
@@ -167,8 +168,8 @@ def _ort(model, x):
 
 def _run_converted(graph, x, tmp_path):
     """The graph converted to MindSpore code and run in PyNative mode (as the pipeline does)."""
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
+    from torch2ms.runtime import msutil
 
     net = convert_graph(graph, "Network", "model.onnx", "0" * 64, "ascend")
     ms = msutil.mindspore()
@@ -255,10 +256,49 @@ def test_maxpool_pad_rewrite_moves_the_stem_to_ai_core_and_keeps_numbers(tmp_pat
     np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=1e-6)  # the conv rounds differently
 
 
-def test_maxpool_pad_rewrite_must_not_fire_with_ceil_mode():
-    g = _graph(stem_model(ceil_mode=1))
+def pool_model(kernel, stride, pads, ceil_mode, size, dilation=1):
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], name="/pool/MaxPool", kernel_shape=[kernel] * 2, strides=[stride] * 2,
+        pads=[pads] * 4, ceil_mode=ceil_mode, dilations=[dilation] * 2,
+    )  # fmt: skip
+    return _model([node], [], shape=(1, 3, size, size))
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,pads,size,ops",
+    [
+        (3, 2, 0, 8, ["Pad", "MaxPool"]),  # SqueezeNet's pools: ceil mode adds a 4th window over 1 end pad
+        (3, 2, 1, 10, ["Pad", "MaxPool"]),  # padded and ceil: end pad 2
+        (3, 1, 1, 7, ["Pad", "MaxPool"]),  # GoogLeNet's branch pools: ceil mode changes nothing at stride 1
+        (2, 2, 0, 8, ["MaxPool"]),  # no overhang: ceil_mode is dropped, nothing padded
+    ],
+)
+def test_maxpool_ceil_mode_becomes_end_padding_and_keeps_numbers(kernel, stride, pads, size, ops, tmp_path):
+    model = pool_model(kernel, stride, pads, 1, size)
+    g = _graph(model)
+    before = summary(place_graph(g))
+    assert [(o["op"], o["placement"]) for o in before["off_ai_core"]] == [("MaxPool3DWithArgmax", AI_CPU)]
+    x = RNG.standard_normal((1, 3, size, size)).astype(np.float32)
+    unrewritten, _ = _run_converted(copy.deepcopy(g), x, tmp_path / "before")
+    assert MaxPoolPadToPad().apply(g) == 1
+    assert [n.op_type for n in g.nodes] == ops
+    assert "ceil_mode" not in g.nodes[-1].attrs and "pads" not in g.nodes[-1].attrs
+    assert summary(place_graph(g))["off_ai_core"] == []
+    got, _ = _run_converted(g, x, tmp_path / "after")
+    np.testing.assert_array_equal(got, unrewritten)
+    np.testing.assert_array_equal(got, _ort(model, x))
+
+
+def test_maxpool_pad_rewrite_must_not_fire_on_a_dilated_window():
+    g = _graph(pool_model(3, 2, 1, 1, 11, dilation=2))
     p = MaxPoolPadToPad()
-    assert p.apply(g) == 0 and p.skipped == [("/stem/pool/MaxPool", "ceil_mode=1")]
+    assert p.apply(g) == 0 and p.skipped == [("/pool/MaxPool", "dilated window")]
+
+
+def test_maxpool_pad_rewrite_must_not_fire_on_an_unpadded_floor_pool():
+    g = _graph(pool_model(3, 2, 0, 0, 9))
+    p = MaxPoolPadToPad()
+    assert p.apply(g) == 0 and p.skipped == []
 
 
 def test_report_advice_on_the_stem():
@@ -401,3 +441,57 @@ def test_group_norm_expansion_must_not_fire_on_a_runtime_scale():
     g = graph_from_model(norm_model("InstanceNormalization", runtime_scale=True), 17, {"x": (2, 6, 4, 5), "s": (6,)})
     p = ExpandGroupNorm()
     assert p.apply(g) == 0 and p.skipped == [("/norm/InstanceNormalization", "scale or bias is not a constant")]
+
+
+def mirror_pad_model(mode: str, pads, shape=(1, 3, 6, 7)):
+    """A lone Pad (reflect or edge), pads given as ONNX lists them (all begins, then all ends)."""
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="/aa/Pad", mode=mode)
+    return _model([node], inits, shape=shape)
+
+
+@pytest.mark.parametrize(
+    "mode,pads,slices",
+    [
+        ("reflect", [0, 0, 1, 1, 0, 0, 1, 1], 4),  # TResNet's BlurPool: 1 on each side of H and W
+        ("reflect", [0, 0, 2, 0, 0, 0, 1, 3], 6),
+        ("edge", [0, 0, 1, 2, 0, 0, 2, 1], 6),
+    ],
+)
+def test_mirror_pad_becomes_slices_and_concat_on_ai_core_and_keeps_numbers(mode, pads, slices, tmp_path):
+    model = mirror_pad_model(mode, pads)
+    g = _graph(model)
+    before = summary(place_graph(g))
+    assert [(o["op"], o["placement"]) for o in before["off_ai_core"]] == [
+        ("MirrorPad" if mode == "reflect" else "PadV3", AI_CPU)
+    ]
+    assert MirrorPadToConcat().apply(g) == 1
+    ops = [n.op_type for n in g.nodes]
+    assert ops.count("Slice") == slices and ops.count("Concat") == 2 and "Pad" not in ops
+    assert summary(place_graph(g))["off_ai_core"] == []
+    x = RNG.standard_normal((1, 3, 6, 7)).astype(np.float32)
+    got, source = _run_converted(g, x, tmp_path)
+    assert "ops.pad" not in source
+    np.testing.assert_array_equal(got, _ort(model, x))  # data movement only: exact
+
+
+@pytest.mark.parametrize(
+    "mode,pads,reason",
+    [
+        ("reflect", [0, 0, 0, 9, 0, 0, 0, 9], "pad 9 wider than 8"),
+        ("edge", [0, 0, 12, 0, 0, 0, 0, 0], "pad 12 wider than 8"),
+        ("edge", [0, 0, -1, 0, 0, 0, 1, 0], "negative pads (a crop)"),
+    ],
+)
+def test_mirror_pad_rewrite_must_not_fire(mode, pads, reason):
+    g = _graph(mirror_pad_model(mode, pads, shape=(1, 3, 6, 20)))
+    p = MirrorPadToConcat()
+    assert p.apply(g) == 0 and p.skipped == [("/aa/Pad", reason)]
+    assert [n.op_type for n in g.nodes] == ["Pad"]
+
+
+def test_mirror_pad_rewrite_leaves_constant_pads_alone():
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")]
+    g = _graph(_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="/p/Pad", mode="constant")], inits))
+    p = MirrorPadToConcat()
+    assert p.apply(g) == 0 and p.skipped == []

@@ -320,7 +320,7 @@ def test_data_dependent_branch_is_warned_about_and_caught_by_the_check(tmp_path)
     path = write_recipe(
         tmp_path / "tiny.yaml", model={"factory": "test_bad_input:branchy"}, check={"samples": 4, "seed": 0}
     )
-    from torch2ms.stages.export import sample_inputs
+    from torch2ms.samples import sample_inputs
 
     signs = {bool(s["input"][0, 0, 0, 0] > 0) for s in sample_inputs(load_recipe(path))}
     assert signs == {True, False}, "the samples must take both branches for this test to mean anything"

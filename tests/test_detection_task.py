@@ -113,7 +113,8 @@ def test_detection_needs_postprocess_and_takes_names_there():
 
 def test_image_sample_data(tmp_path):
     """inputs[].data lists one entry per sample: photos are letterboxed into the tensor infer.py would feed."""
-    from torch2ms.stages.export import ExportStage, sample_inputs
+    from torch2ms.samples import sample_inputs
+    from torch2ms.stages.export import ExportStage
 
     data = dict(BASE, inputs=[{"name": "images", "shape": [1, 3, 320, 320], "data": ["skimage:coffee"]}])
     data["preprocess"] = {"mean": [0, 0, 0], "std": [1, 1, 1]}
@@ -157,7 +158,7 @@ def test_the_gate_widens_only_to_what_float32_itself_cannot_decide():
 
 
 def test_the_export_stage_measures_float32_against_float64_boxes():
-    from torch2ms.stages.export import float32_task_floor
+    from torch2ms.export.floor import float32_task_floor
 
     r = recipe()
     wide = {"output": head(3).astype(np.float64)}

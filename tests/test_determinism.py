@@ -150,7 +150,7 @@ def test_mindir_same_weights_operators_and_outputs(two_runs):
     generated = {re.sub(r"^\d+_\d+_", "", re.sub(r"_construct_\d+$", "", n)) for n in names}
     assert len(generated) == 1, generated
 
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ref = load_npz(two_runs[0] / "export" / "reference.npz")

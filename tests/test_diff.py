@@ -21,8 +21,8 @@ from conftest import REPO, TESTS, run_cli, write_recipe
 
 from torch2ms.compare import compare_arrays
 from torch2ms.converters import api, registry
-from torch2ms.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
+from torch2ms.pipeline.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.recipe import load_recipe
 
@@ -189,7 +189,7 @@ def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeyp
 
 
 def test_a_crashing_localization_never_hides_the_stage_failure(tmp_path, monkeypatch):
-    from torch2ms import divergence
+    from torch2ms.pipeline import divergence
 
     def boom(*args, **kwargs):
         raise RuntimeError("probe exploded")
@@ -222,10 +222,21 @@ def test_correct_conversion_has_no_diverging_node(good_run, stage, capsys):
     assert "no diverging node: every tensor is within tolerance" in out
     diff = json.loads((root / stage / "diff.json").read_text())
     tensor_map = json.loads((root / stage / "tensor_map.json").read_text())
-    assert diff["first"] is None and diff["out_of_tolerance"] == 0 and diff["compared"] == len(tensor_map)
-    assert [t["tensor"] for t in diff["tensors"]] == [e["tensor"] for e in tensor_map]
+    assert diff["first"] is None and diff["out_of_tolerance"] == 0
+    # every mapped tensor is compared, except those a pass made that the ONNX does not hold (the fold
+    # stage's Ascend rewrite splits the padded MaxPool into Pad + MaxPool)
+    import onnx
+
+    onnx_tensors = {o for n in onnx.load(str(root / "export" / "model.onnx")).graph.node for o in n.output}
+    skipped = diff["not_compared"]
+    assert diff["compared"] + len(skipped) == len(tensor_map) and not onnx_tensors & set(skipped), skipped
+    assert [t["tensor"] for t in diff["tensors"]] == [e["tensor"] for e in tensor_map if e["tensor"] not in skipped]
     md = (root / stage / "diff.md").read_text()
-    assert all(f"| {e['line']} | `{e['var']}` | {e['op']} | {e['node']} |" in md for e in tensor_map), md
+    assert all(
+        f"| {e['line']} | `{e['var']}` | {e['op']} | {e['node']} |" in md
+        for e in tensor_map
+        if e["tensor"] not in skipped
+    ), md
 
 
 def test_tensor_map_lines_and_inputs(good_run):
@@ -305,8 +316,8 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     import shutil
 
     from torch2ms.compare import Tolerance
-    from torch2ms.divergence import localize
     from torch2ms.errors import Torch2msError
+    from torch2ms.pipeline.divergence import localize
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run

@@ -169,6 +169,42 @@ def test_a_model_whose_code_cannot_follow_the_batch_is_refused_by_name(tmp_path)
     assert result is None and "hint" in str(err.value)
 
 
+@pytest.mark.slow
+def test_the_dynamo_exporter_writes_a_dynamic_batch(tmp_path):
+    """export.exporter: dynamo with inputs[].batch: dimension 0 of the ONNX input is symbolic, and
+    every listed size passes the export and mindir checks against PyTorch."""
+    import onnx
+
+    path = write_recipe(
+        tmp_path / "dyn.yaml",
+        name="dyn",
+        export={"exporter": "dynamo", "opset": 18},
+        inputs=[{"name": "input", "shape": [2, 3, 32, 32], "batch": [1, 2, 4]}],
+    )
+    result = Runner(load_recipe(path), log=lambda m: None).run()
+    assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
+    export = next(s.record for s in result.stages if s.stage == "export")
+    assert export["extra"]["export_path"]["exporter"] == "dynamo"
+    (dim0, *_) = onnx.load(str(result.root / "export" / "model.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert dim0.dim_param and not dim0.dim_value
+    for stage in ("export", "mindir"):
+        record = next(s.record for s in result.stages if s.stage == stage)
+        assert sorted(record["batches"]) == ["1", "4"]
+        assert all(m["rel_error"] < 1e-5 for m in record["batches"].values()), record["batches"]
+
+
+def test_the_dynamo_exporter_refuses_a_dynamic_batch_from_an_example_of_one(tmp_path):
+    path = write_recipe(
+        tmp_path / "dyn1.yaml",
+        name="dyn1",
+        export={"exporter": "dynamo", "opset": 18},
+        inputs=[{"name": "input", "shape": [1, 3, 32, 32], "batch": [1, 2]}],
+    )
+    with pytest.raises(Torch2msError, match=r"example's is 1 .*give shape\[0\] >= 2"):
+        Runner(load_recipe(path), log=lambda m: None).run()
+    assert not (tmp_path / "runs" / "dyn1" / "export" / "model.onnx").exists()
+
+
 def test_shape_ops_follow_the_batch(tmp_path):
     """Expand, Split, Reshape from Shape, Resize and a folded ConstantOfShape: checked at batch 3 too."""
     path = write_recipe(

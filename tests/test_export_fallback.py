@@ -21,10 +21,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from torch2ms.errors import EXIT_USAGE, ModelError
+from torch2ms.export.exporters import DYNAMO_OLDEST, TORCHSCRIPT_NEWEST, export_plan
 from torch2ms.graph.load import SUPPORTED_OPSETS
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
-from torch2ms.stages.export import DYNAMO_OLDEST, TORCHSCRIPT_NEWEST, export_plan
 
 HAS_ONNXSCRIPT = importlib.util.find_spec("onnxscript") is not None
 NO_ONNXSCRIPT = "the dynamo exporter needs the onnxscript package, which is not installed"
@@ -257,7 +257,7 @@ def test_a_model_that_does_not_load_is_a_failed_path(tmp_path):
 
 
 def test_failed_tries_are_merged_per_exporter_when_only_the_opset_differs():
-    from torch2ms.stages.export import Attempt, describe_attempts
+    from torch2ms.export.exporters import Attempt, describe_attempts
 
     tries = [
         Attempt("torchscript", 17, "E: operator at opset version 17 refused"),

@@ -237,3 +237,26 @@ def test_token_bundle_verifies_and_its_infer_py_takes_token_ids(text_run, tmp_pa
     np.save(tmp_path / "half.npy", ids + 0.5)
     res = run_bundle_infer(root, str(tmp_path / "half.npy"), str(tmp_path / "mask.npy"))
     assert res.returncode == 2 and "takes whole numbers (int64)" in res.stderr, res.stderr[-2000:]
+
+
+def test_infer_py_tokens_fill_the_mask_and_segment_zero():
+    """infer.py --tokens: ids padded with --pad-id, attention_mask 1 at the tokens, token_type_ids 0
+    (segment A: it is not a mask), and an input of another shape refused by name."""
+    import importlib.util
+
+    from torch2ms.package.build import TEMPLATES
+
+    spec = importlib.util.spec_from_file_location("bundle_infer", TEMPLATES / "infer.py")
+    infer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(infer)
+    specs = [
+        {"name": "input_ids", "shape": [2, 6], "dtype": "int64"},
+        {"name": "attention_mask", "shape": [2, 6], "dtype": "bool"},
+        {"name": "token_type_ids", "shape": [2, 6], "dtype": "int32"},
+    ]
+    ids, mask, segments = infer.token_inputs("101, 7 102", 3, specs)
+    assert ids.tolist() == [[101, 7, 102, 3, 3, 3]] * 2 and ids.dtype == np.int64
+    assert mask.tolist() == [[True] * 3 + [False] * 3] * 2
+    assert segments.dtype == np.int32 and not segments.any()
+    with pytest.raises(infer.InputError, match="input 'pixels' is not a mask"):
+        infer.token_inputs("1 2", 0, [specs[0], {"name": "pixels", "shape": [2, 3, 4], "dtype": "float32"}])

@@ -15,9 +15,9 @@ import trained_models as tm
 import yaml
 from conftest import run_cli
 
-from torch2ms import msutil
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.runtime import msutil
 
 pytestmark = pytest.mark.slow  # a conversion (export, rebuild, fold) and a training: ~100 s on 2 cores
 

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from conftest import run_bundle_infer, unpack_bundle, write_recipe
 
-from torch2ms import mindir_layout, msutil
 from torch2ms.cli import main
 from torch2ms.package.build import build_bundle
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.runtime import mindir_layout, msutil
 
 WEIGHTS = f"{mindir_layout.VARIABLES}/data_0"
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from torch2ms import msutil
+from torch2ms.runtime import msutil
 
 
 def _checkpoint(tmp_path):

@@ -63,6 +63,38 @@ def hand_built(path):
     return path
 
 
+def hand_built_tokens(path):
+    """Token ids and per-row lengths through ops no torch export writes: ReverseSequence with
+    sequence_lens, LpNormalization, Hardmax, a three-way Sum; an int64 ArgMax output beside the float one."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "table")
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], name="/tok/Gather"),
+        helper.make_node("ReverseSequence", ["emb", "lens"], ["rev"], name="/tok/Reverse", batch_axis=0, time_axis=1),
+        helper.make_node("LpNormalization", ["rev"], ["unit"], name="/tok/LpNorm", axis=-1, p=2),
+        helper.make_node("Hardmax", ["unit"], ["top"], name="/tok/Hardmax", axis=-1),
+        helper.make_node("Sum", ["unit", "top", "emb"], ["y"], name="/tok/Sum"),
+        helper.make_node("ArgMax", ["y"], ["label"], name="/tok/ArgMax", axis=-1, keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 6]),
+            helper.make_tensor_value_info("lens", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 8]),
+            helper.make_tensor_value_info("label", TensorProto.INT64, [2, 6]),
+        ],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
 def run(path, **overrides):
     recipe = write_recipe(path.parent / "r.yaml", **overrides)
     return Runner(load_recipe(recipe), log=lambda m: None).run()
@@ -100,6 +132,25 @@ def test_hand_built_graph_through_every_stage(tmp_path):
     result = run(tmp_path / "hand.onnx", model={"onnx": "hand.onnx"}, inputs=[{"name": "x", "shape": [2, 6]}])
     export = assert_all_passed(result)
     assert export["counts"]["onnx_ops"] == {"Max": 1, "Mean": 1, "Shrink": 1, "ThresholdedRelu": 1}
+
+
+def test_hand_built_token_graph_through_every_stage(tmp_path):
+    hand_built_tokens(tmp_path / "tokens.onnx")
+    inputs = [
+        {"name": "ids", "shape": [2, 6], "dtype": "int64", "range": [0, 50]},
+        {"name": "lens", "shape": [2], "dtype": "int64", "range": [1, 7]},
+    ]
+    result = run(tmp_path / "tokens.onnx", model={"onnx": "tokens.onnx"}, inputs=inputs, task="embedding")
+    export = assert_all_passed(result)
+    assert export["counts"]["onnx_ops"] == {
+        "ArgMax": 1, "Gather": 1, "Hardmax": 1, "LpNormalization": 1, "ReverseSequence": 1, "Sum": 1,
+    }  # fmt: skip
+    for stage in stage_names():
+        record = json.loads((result.root / stage / "stage.json").read_text())
+        by_name = {m["name"]: m for m in record["metrics"]}
+        assert by_name["label"]["mismatched"] == 0, stage  # the int64 output, compared exactly
+    lens = np.load(result.root / "export" / "reference.npz")["input.lens"]
+    assert 1 <= lens.min() < 6  # some row reverses only its first tokens
 
 
 @pytest.mark.slow
@@ -149,6 +200,21 @@ def test_bad_onnx_sources_are_named_and_nothing_is_written(kind, error, words, t
     assert words in str(err.value) and ("model.onnx" in str(err.value) or "inputs" in str(err.value))
     export = tmp_path / "runs" / "tiny" / "export"
     assert not (export / "model.onnx").exists() and not (export / "stage.json").exists()
+
+
+def test_the_deeplab_onnx_recipe_says_to_convert_first(tmp_path):
+    """recipes/deeplabv3plus_onnx.yaml reads build output: without it, exit 2 naming the file and
+    ``make convert``, nothing written."""
+    from conftest import REPO
+
+    (tmp_path / "recipes").mkdir()
+    recipe = tmp_path / "recipes" / "deeplabv3plus_onnx.yaml"
+    recipe.write_text((REPO / "recipes" / "deeplabv3plus_onnx.yaml").read_text())
+    done = cli("convert", "--recipe", str(recipe), cwd=tmp_path, timeout=120)
+    text = flat(done.stdout + done.stderr)
+    assert done.returncode == 2, text
+    assert "runs/deeplabv3plus/export/model.onnx: file not found" in text and "make convert" in text
+    assert not (tmp_path / "runs" / "deeplabv3plus_onnx" / "export" / "stage.json").exists()
 
 
 def test_bad_onnx_source_exits_2_from_the_cli(tmp_path):

@@ -8,7 +8,7 @@ from conftest import REPO, run_cli
 
 from torch2ms.converters import api, registry
 from torch2ms.graph.ir import Node
-from torch2ms.ops_table import MARKDOWN_FILE, operator_rows, render_markdown
+from torch2ms.tools.ops_table import MARKDOWN_FILE, operator_rows, render_markdown
 
 
 def test_docs_operators_md_is_current():

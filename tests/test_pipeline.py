@@ -121,35 +121,82 @@ def test_rerun_skips_everything_and_options_invalidate_from_their_stage(tmp_path
 
 def test_changed_conversion_code_reconverts(tmp_path, monkeypatch):
     """A fixed converter must not leave old conversions 'up to date' at the same version number."""
-    import torch2ms.pipeline.runner as runner
+    import torch2ms.pipeline.fingerprint as fingerprint
 
     path = write_recipe(tmp_path / "tiny.yaml")
     assert run(path).passed
-    assert runner.source_hash() == runner.source_hash()  # stable within a process
-    monkeypatch.setattr(runner, "_source_hash", "0123456789abcdef")
+    assert fingerprint.source_hash() == fingerprint.source_hash()  # stable within a process
+    monkeypatch.setattr(fingerprint, "_source_hash", "0123456789abcdef")
     assert statuses(run(path)) == dict.fromkeys(stage_names(), "passed")
 
 
-def test_source_hash_covers_converters_not_commands(tmp_path, monkeypatch):
+def _package_copy(tmp_path, monkeypatch):
+    """A copy of the torch2ms package whose source hash ``fresh()`` computes anew."""
     import shutil
 
     import torch2ms
-    import torch2ms.pipeline.runner as runner
+    import torch2ms.pipeline.fingerprint as fingerprint
 
     pkg = tmp_path / "torch2ms"
     shutil.copytree(Path(torch2ms.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(runner, "__file__", str(pkg / "pipeline" / "runner.py"))
+    monkeypatch.setattr(fingerprint, "package_root", lambda: pkg)
 
     def fresh():
-        monkeypatch.setattr(runner, "_source_hash", None)
-        return runner.source_hash()
+        monkeypatch.setattr(fingerprint, "_source_hash", None)
+        return fingerprint.source_hash()
 
+    return pkg, fresh
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "commands/convert.py",
+        "cli_app.py",
+        "tools/conformance.py",
+        "tools/ops_table.py",
+        "zoo/launch.py",
+        "bench/core.py",
+    ],
+)
+def test_editing_a_tool_keeps_a_run_up_to_date(tmp_path, monkeypatch, tool):
+    pkg, fresh = _package_copy(tmp_path, monkeypatch)
     base = fresh()
-    for cli in ("commands/convert.py", "cli_app.py"):
-        (pkg / cli).write_text((pkg / cli).read_text() + "\n# help text\n")
+    _append(pkg / tool, "\n# help text\n")
     assert fresh() == base
-    (pkg / "converters" / "activation.py").write_text((pkg / "converters" / "activation.py").read_text() + "\n# fix\n")
+
+
+@pytest.mark.parametrize(
+    "code", ["converters/activation.py", "passes/fold_bn.py", "export/floor.py", "graph/load.py", "compare.py"]
+)
+def test_editing_conversion_code_reconverts(tmp_path, monkeypatch, code):
+    pkg, fresh = _package_copy(tmp_path, monkeypatch)
+    base = fresh()
+    _append(pkg / code, "\n# fix\n")
     assert fresh() != base
+
+
+def test_fingerprint_allowlist_covers_what_the_stages_import():
+    """Every torch2ms module loaded by importing the stages, the runner and every converter is inside
+    the hashed allowlist: a conversion module outside it would leave stale runs up to date."""
+    import subprocess
+    import sys
+
+    from torch2ms.pipeline.fingerprint import CONVERSION_CODE
+
+    code = (
+        "import sys, torch2ms.stages, torch2ms.pipeline.runner, torch2ms.converters.registry as r; r.registrations(); "
+        "print(' '.join(m for m in sys.modules if m.startswith('torch2ms')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert len(loaded) > 50
+    covered = {e.removesuffix(".py") for e in CONVERSION_CODE}
+    outside = [m for m in loaded if m != "torch2ms" and m.split(".")[1] not in covered]
+    assert not outside, f"imported by the stages but outside pipeline.fingerprint.CONVERSION_CODE: {outside}"
 
 
 def test_weight_free_model_converts_through_every_stage(tmp_path):

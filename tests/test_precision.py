@@ -18,7 +18,7 @@ from conftest import run_cli, write_recipe
 from torch2ms.compare import compare_arrays
 from torch2ms.errors import RecipeError
 from torch2ms.package import precision
-from torch2ms.package.compat import Fp16Emulator
+from torch2ms.package.emulate import Fp16Emulator
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from torch2ms.package import precision, search
-from torch2ms.package.compat import Fp16Emulator
+from torch2ms.package.emulate import Fp16Emulator
 from torch2ms.recipe import Recipe
 
 LAYERS = 48

@@ -12,12 +12,12 @@ import pytest
 from conftest import write_recipe
 from scipy.stats import mannwhitneyu
 
-from torch2ms import latency
-from torch2ms.memory import StageMemory, process_peak_rss_mb
 from torch2ms.model_loader import calibration_passes
 from torch2ms.pipeline.report import write_reports
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.runtime import latency
+from torch2ms.runtime.memory import StageMemory, process_peak_rss_mb
 from torch2ms.stages import stage_names
 
 

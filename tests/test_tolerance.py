@@ -8,8 +8,8 @@ import torch
 
 from torch2ms.bounds import ceiling, widen, widen_agreement
 from torch2ms.compare import OutputMetrics, Tolerance
+from torch2ms.export.hooks import activation_range
 from torch2ms.model_loader import calibrate_norm, randomize_norm
-from torch2ms.stages.export import activation_range
 
 
 def metrics(rel: float, cos: float = 1.0, name: str = "out") -> OutputMetrics:

@@ -84,8 +84,8 @@ def test_training_is_deterministic(trained, tmp_path):
 
 def stage_predictions(root, x: np.ndarray) -> dict[str, np.ndarray]:
     """Class indices (argmax over axis 1) from each stage's own artifact on ``x``."""
-    from torch2ms import msutil
     from torch2ms.graph.onnxrt import run_reference
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     sample = [{"input": x}]

@@ -17,11 +17,11 @@ import pytest
 import torch
 from onnx import helper, numpy_helper
 
+from torch2ms.export.floor import float64_outputs
 from torch2ms.graph.load import _inferred_dtypes, _without_large_initializers, load_onnx
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.workspace import RunDir
 from torch2ms.recipe import parse_recipe
-from torch2ms.stages.export import float64_outputs
 
 WIDTH = 512  # 4 x 512 x 512 float32 = 4 MB of weights
 

@@ -382,6 +382,23 @@ def test_shipped_zoo_files_are_valid():
     assert all(m.recipe.postprocess.format == "yolo" and m.recipe.inputs[0].shape == (1, 3, 640, 640) for m in yolo)
 
 
+def test_text_zoo_has_every_family_the_issue_names():
+    text = {m.name: m.recipe for m in load_zoo(REPO / "recipes" / "zoo" / "text.yaml")}
+    tasks = {n: r.task for n, r in text.items()}
+    assert tasks == {
+        **dict.fromkeys(["bert", "distilbert", "roberta", "xlm_roberta", "mobilebert"], "sequence_classification"),
+        **dict.fromkeys(["gpt2", "llama"], "language_model"),
+        **dict.fromkeys(["t5_encoder", "clip_text", "whisper_encoder"], "embedding"),
+    }
+    for name, r in text.items():
+        dtypes = [i.dtype for i in r.inputs]
+        assert dtypes == (["float32"] if name == "whisper_encoder" else ["int64"] * len(dtypes)), name
+        if name != "whisper_encoder":  # a padded row: the graph must apply the mask
+            assert r.inputs[1].name == "attention_mask" and min(r.inputs[1].lengths) < r.inputs[1].shape[1], name
+    assert all(32 <= text[n].inputs[0].shape[1] <= 128 for n in ("gpt2", "llama"))
+    assert 2 <= text["llama"].model.kwargs["num_hidden_layers"] <= 4
+
+
 def test_timm_zoo_input_sizes_are_each_models_pretrained_cfg():
     timm = pytest.importorskip("timm")
     for m in load_zoo(REPO / "recipes" / "zoo" / "timm.yaml"):
@@ -429,6 +446,23 @@ def test_ci_zoo_every_model_passes(tmp_path):
     failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed"}
     assert not failed, failed
     assert code == 0
+
+
+@pytest.mark.slow
+def test_text_zoo_every_model_passes(tmp_path):
+    """recipes/zoo/text.yaml: ten transformers models built from their configs, all five stages, every
+    task figure 1 (25-91 s a model with --jobs 1, 10 min for the zoo on a loaded machine)."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "text"
+    code = zoo_cli(REPO / "recipes" / "zoo" / "text.yaml", "--jobs", 1, "--out", out)
+    rows = {r["name"]: r for r in summary(out)["models"]}
+    failed = {n: f"{r['status']}: {r['reason']}" for n, r in rows.items() if r["status"] != "passed"}
+    assert not failed, failed
+    assert code == 0 and len(rows) == 10
+    for name in rows:
+        for stage in stage_names():
+            record = json.loads((out / name / stage / "stage.json").read_text())
+            assert record["task"]["agreement"] >= 0.9999, (name, stage, record["task"])
 
 
 def test_the_summary_says_which_bound_judged_a_model():

@@ -29,7 +29,7 @@ CpuIsa = typer.Option(
 
 def setup_cpu(isa: str | None) -> None:
     """Choose the CPU setting before anything imports MindSpore, and say what was chosen."""
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     choice = configure_cpu(isa)
     console.print(f"[dim]CPU: ONEDNN_MAX_CPU_ISA={choice.isa} ({choice.source}: {choice.reason})[/dim]")

@@ -137,10 +137,10 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
     tensor_map.json + conversion.json (+ weight_map.json when the export recorded the state_dict),
     then built and run on the reference inputs in PyNative."""
-    from torch2ms import msutil
+    from torch2ms.codegen.weight_map import weight_map
     from torch2ms.pipeline.stage import StageOutput
     from torch2ms.pipeline.workspace import atomic_write_text, write_json
-    from torch2ms.weight_map import weight_map
+    from torch2ms.runtime import msutil
 
     onnx_path = ctx.artifact("model.onnx")
     graph, fired, net, note = generate(ctx, onnx_path, passes)

@@ -30,7 +30,7 @@ class ModelSpec(_Strict):
     onnx: str | None = Field(
         default=None,
         description="an ONNX file as the source instead of a factory: validated and imported by the export "
-        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.onnx_source)",
+        "stage; onnxruntime's outputs on the samples are the reference (torch2ms.export.onnx_file)",
     )
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = Field(default=None, description="state_dict file, loaded with weights_only=True")
@@ -268,6 +268,53 @@ class PrecisionSpec(_Strict):
         "and within check.task_agreement when the recipe sets it. fp16 rounds each value by up to 4.9e-4 and a deep "
         "network compounds many roundings, so ~1e-3..1e-2 is what a well-scaled network reaches",
     )
+    int8_task_agreement: float = Field(
+        default=0.99,
+        ge=0,
+        le=1,
+        description="the INT8 plan's task gate: agreement with PyTorch (top-1, pixel, detection at box IoU >= 0.5) "
+        "of the emulated INT8 network; layers are kept in float until it holds",
+    )
+    int8_rel_error: float = Field(
+        default=0.2,
+        gt=0,
+        le=10,
+        description="the INT8 plan's tensor bound, max |int8 - PyTorch| / max |PyTorch| per output: a guard beside "
+        "the task gate (one int8 step is 1/255 of a tensor's range; a deep network compounds them)",
+    )
+
+
+class QuantizeSpec(_Strict):
+    """INT8 calibration (``torch2ms precision --int8``, ``package --precision int8``)."""
+
+    calibration: str | tuple[str, ...] = Field(
+        description="calibration data, read through the recipe's preprocess like inputs[].data: a folder (its "
+        "images and .npy files, sorted by name), or a list of entries (an image, a .npy, 'skimage:<name>'). A .npy "
+        "holds one sample of the input's shape, or a stack of them along dimension 0 (a multiple of shape[0])"
+    )
+    samples: int = Field(default=32, ge=1, le=4096, description="calibration samples used (the first ones)")
+    method: Literal["minmax", "percentile", "entropy"] = Field(
+        default="minmax",
+        description="activation ranges: minmax (observed extremes; converter_lite MAX_MIN), percentile (clip |x| at "
+        "the given percentile; converter_lite REMOVAL_OUTLIER is the closest), entropy (TensorRT's KL threshold; "
+        "converter_lite KL)",
+    )
+    percentile: float = Field(default=99.99, gt=50, le=100, description="method: percentile only")
+    per_channel: bool = Field(default=True, description="weights: one symmetric scale per output channel")
+
+    @field_validator("calibration")
+    @classmethod
+    def _entries(cls, v):
+        entries = (v,) if isinstance(v, str) else v
+        if not entries:
+            raise ValueError("no calibration data: give a folder or a list of files")
+        for entry in entries:
+            if entry.startswith(SKIMAGE_PREFIX) and not entry[len(SKIMAGE_PREFIX) :].isidentifier():
+                raise ValueError(f"{entry!r}: expected 'skimage:<name>', e.g. 'skimage:astronaut'")
+        return v
+
+    def entries(self) -> tuple[str, ...]:
+        return (self.calibration,) if isinstance(self.calibration, str) else tuple(self.calibration)
 
 
 class PreprocessSpec(_Strict):
@@ -356,6 +403,7 @@ class Recipe(_Strict):
     compile: CompileSpec = CompileSpec()
     mindir: MindirSpec = MindirSpec()
     precision: PrecisionSpec = PrecisionSpec()
+    quantize: QuantizeSpec | None = None
     preprocess: PreprocessSpec = PreprocessSpec()
     class_names: tuple[str, ...] | None = None
     postprocess: PostprocessSpec | None = None

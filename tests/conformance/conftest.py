@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from torch2ms import conformance
+from torch2ms.tools import conformance
 
 WORKERS = int(os.environ.get("TORCH2MS_CONFORMANCE_WORKERS", "2"))
 # case name -> Outcome, for every case run in this session

@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO
 
 from conformance.conftest import all_cases
-from torch2ms import conformance
-from torch2ms.conformance import MARKDOWN_FILE, Outcome
+from torch2ms.tools import conformance
+from torch2ms.tools.conformance import MARKDOWN_FILE, Outcome
 
 REGENERATE = f"run `torch2ms ops --conformance --write {MARKDOWN_FILE}` and commit it"
 

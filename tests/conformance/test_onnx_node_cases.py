@@ -1,5 +1,5 @@
 """ONNX's own backend node test cases through torch2ms's conversion path (how each one is run and
-judged: ``torch2ms/conformance.py``).
+judged: ``torch2ms/tools/conformance.py``).
 
 One test per case. It fails when the case is *wrong* (an output differs from the case's expected
 one: value beyond its rtol/atol, shape or dtype) or *crashes* (any exception that is not a
@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 
 from conformance.conftest import all_cases
-from torch2ms import conformance
-from torch2ms.conformance import STATUSES
+from torch2ms.tools import conformance
+from torch2ms.tools.conformance import STATUSES
 
 CASES = all_cases()
 DEFAULT = conformance.default_subset(CASES)

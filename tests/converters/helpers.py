@@ -29,12 +29,12 @@ import onnxruntime as ort
 from converters import exact
 from onnx import helper, numpy_helper
 
-from torch2ms import msutil
 from torch2ms.ascend.placement import UNKNOWN, place_graph
 from torch2ms.conversion import convert_graph
 from torch2ms.converters.registry import analyse, lookup
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import run_passes
+from torch2ms.runtime import msutil
 
 REL_TOL = 1e-5
 

@@ -79,6 +79,13 @@ def _conv2d(s: Site) -> tuple[str, ...]:
     return (conv,)
 
 
+def _get_activation(s: Site) -> tuple[str, ...]:
+    # nn.get_activation(name) builds the activation cell: with a literal name, that activation's ops;
+    # Conv3dBnAct passes its constructor argument, which is one of ACTIVATIONS (all AI Core) or None
+    name = s.args[0] if s.args and isinstance(s.args[0], str) else None
+    return _activation({"activation": name}) if name else ()
+
+
 def _conv_bn_act(s: Site) -> tuple[str, ...]:
     bn = ("BNInfer",) if s.kwargs.get("has_bn") else ()
     return _conv2d(s) + bn + _activation(s.kwargs)
@@ -164,12 +171,15 @@ LOWERING: dict[str, Lowering] = {
     "nn.AvgPool3d": ("AvgPool3D",),
     "nn.BatchNorm1d": ("BNInfer",),
     "nn.BatchNorm2d": ("BNInfer",),
+    # MindSpore 2.10 nn.BatchNorm3d reshapes (N, C, D, H, W) to (N, C, D*H, W) around an inner BatchNorm2d
+    "nn.BatchNorm3d": ("BNInfer",),
     "nn.LayerNorm": ("LayerNorm",),
     "nn.GroupNorm": ("GroupNorm",),  # MindSpore 2.10 nn.GroupNorm.construct calls ops.group_norm
     "nn.InstanceNorm2d": ("INInferV2",),
     "nn.LRN": ("LRN",),
     "nn.PReLU": ("PRelu",),
     "nn.LeakyReLU": ("LeakyRelu",),
+    "nn.get_activation": _get_activation,
     "nn.GELU": ("Gelu",),
     "nn.HSigmoid": ("HardSigmoid",),
     "nn.Hardsigmoid": ("HardSigmoid",),

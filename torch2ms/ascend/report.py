@@ -14,6 +14,7 @@ from torch2ms.ascend import advice
 from torch2ms.ascend.placement import place_graph, summary
 from torch2ms.ascend.table import load
 from torch2ms.graph.ir import Graph
+from torch2ms.pipeline.markdown import table
 
 TOP_WASTE = 8
 
@@ -41,7 +42,9 @@ def ascend_report(
         "sources": {"ai_core": prov["ai_core"]["source"], "ai_cpu": prov["ai_cpu"]["source"]},
         "rewrites": {k: v for k, v in fired.items() if k.startswith("ascend_") and v},
         "placement": summary(infos),
-        "placement_unrewritten": {k: unrewritten[k] for k in ("counts", "ai_cpu_ops", "off_ai_core_ops")},
+        "placement_unrewritten": {
+            k: unrewritten[k] for k in ("counts", "ai_cpu_ops", "off_ai_core_ops", "off_ai_core")
+        },
         "channels": {
             **advice.waste_totals(convs),
             "convs": len(convs),
@@ -131,23 +134,25 @@ def markdown(rep: dict) -> list[str]:
         f"From the CANN AI Core op list ({rep['sources']['ai_core']}) and MindSpore's AI CPU kernels "
         f"({rep['sources']['ai_cpu']}); derived, not run on a board.",
         "",
-        "| placement | CANN ops |",
-        "|---|---|",
-        *[f"| {k} | {v} |" for k, v in p["counts"].items()],
+        *table(("placement", "CANN ops"), p["counts"].items()),
         "",
     ]
     if rep["rewrites"]:
         lines += ["Rewritten for AI Core: " + ", ".join(f"{k} x{v}" for k, v in rep["rewrites"].items()), ""]
     if p["off_ai_core"]:
-        lines += [
-            "| placement | op | count | dtype | MindSpore call | reason | where |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for g in p["off_ai_core"]:
-            calls, where = ", ".join(g["calls"]), ", ".join(g["where"][:6])
-            lines.append(
-                f"| {g['placement']} | {g['op']} | {g['count']} | {g['dtype']} | {calls} | {g['reason']} | {where} |"
+        header = ("placement", "op", "count", "dtype", "MindSpore call", "reason", "where")
+        off = [
+            (
+                g["placement"],
+                g["op"],
+                g["count"],
+                g["dtype"],
+                ", ".join(g["calls"]),
+                g["reason"],
+                ", ".join(g["where"][:6]),
             )
-        lines.append("")
+            for g in p["off_ai_core"]
+        ]
+        lines += [*table(header, off), ""]
     lines += ["### Tuning advice", "", "```", *advice_lines(rep), "```", ""]
     return lines

@@ -80,7 +80,7 @@ class VariantResult:
 
 
 def machine_info() -> dict:
-    from torch2ms.runtime import cpu_flags
+    from torch2ms.runtime.cpu import cpu_flags
 
     model = "?"
     try:
@@ -155,7 +155,7 @@ def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> 
 
 
 def _child_env() -> dict:
-    from torch2ms.runtime import cpu_choice
+    from torch2ms.runtime.cpu import cpu_choice
 
     env = dict(os.environ)
     choice = cpu_choice()
@@ -307,7 +307,7 @@ def fusion_for(folders: dict[str, Path], options: BenchOptions, settings: Settin
 def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] = print) -> tuple[dict, Path]:
     """Benchmark every variant at every batch size; returns (bench data, bench folder)."""
     from torch2ms.pipeline.workspace import RunDir
-    from torch2ms.runtime import cpu_choice
+    from torch2ms.runtime.cpu import cpu_choice
 
     t_start = time.perf_counter()
     main = ensure_run(recipe, options.out_root, log)
@@ -359,6 +359,6 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
 
 
 def _versions() -> dict:
-    from torch2ms.pipeline.runner import framework_versions
+    from torch2ms.pipeline.fingerprint import framework_versions
 
     return framework_versions()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch2ms.pipeline.markdown import table
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 
 SECTION = "## Benchmark"
@@ -71,16 +72,16 @@ def fusion_lines(data: dict) -> list[str]:
         "",
         "Kernels launched by the compiled graph (from MindSpore's `graph_build` IR dump):",
         "",
-        "| variant | kernels | by op | fused groups |",
-        "|---|---|---|---|",
     ]
+    rows_ = []
     for key, f in fusion.items():
         if "error" in f:
-            lines.append(f"| {key} | - | {f['error'][:100]} | - |")
+            rows_.append((key, "-", f["error"][:100], "-"))
             continue
         ops = ", ".join(f"{k} {v}" for k, v in f["ops"].items())
         groups = ", ".join(f"{k} x{v}" for k, v in f["fused_groups"].items()) or "-"
-        lines.append(f"| {key} | {f['kernels']} | {ops} | {groups} |")
+        rows_.append((key, f["kernels"], ops, groups))
+    lines += table(("variant", "kernels", "by op", "fused groups"), rows_)
     return lines
 
 
@@ -129,9 +130,7 @@ def target_lines(data: dict) -> list[str]:
     if not rows_:
         return []
     mark = {True: "met", False: "**not met**", None: "-"}
-    return ["", "Targets:", "", "| target | measured | |", "|---|---|---|"] + [
-        f"| {t} | {v} | {mark[m]} |" for t, v, m in rows_
-    ]
+    return ["", "Targets:", "", *table(("target", "measured", ""), [(t, v, mark[m]) for t, v, m in rows_])]
 
 
 def markdown(data: dict, png_name: str = "latency.png") -> str:
@@ -149,10 +148,8 @@ def markdown(data: dict, png_name: str = "latency.png") -> str:
         "alone ms: median when the variant runs alone in its own process; peak RSS: that process's maximum "
         "resident set.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *table(COLUMNS, rows(data)),
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(data)]
     lines += target_lines(data)
     lines += fusion_lines(data)
     lines += ["", f"![median latency]({png_name})", ""]

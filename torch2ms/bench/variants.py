@@ -57,7 +57,7 @@ def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
     return {
         "reference": ctx.artifact("reference.npz").parent,
         "onnx": ctx.artifact("model.onnx").parent,
-        "conv_bn_act": ctx.stage_dir(ctx.first_writer("network.py")),
+        "conv_bn_act": ctx.artifact("network.py", first=True).parent,
         "folded": ctx.artifact("network.py").parent,
         "mindir": ctx.artifact("network.mindir").parent,
         "plain": plain,
@@ -139,7 +139,7 @@ def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
 
 
 def _ms_context(ms, variant: Variant, settings: Settings) -> Callable[[], None]:
-    from torch2ms.msutil import set_graph_mode
+    from torch2ms.runtime.msutil import set_graph_mode
 
     if variant.mode == "pynative":
         return lambda: ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
@@ -174,7 +174,7 @@ def _ms_loaded(ms, variant, cell, settings) -> Loaded:
 
 
 def _mindspore(variant, folders, recipe, settings) -> Loaded:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     _ms_threads(ms, settings.threads)
@@ -184,7 +184,7 @@ def _mindspore(variant, folders, recipe, settings) -> Loaded:
 
 
 def _mindir(variant, folders, recipe, settings) -> Loaded:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     _ms_threads(ms, settings.threads)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from torch2ms.memory import peak_rss_mb, rss_mb
+from torch2ms.runtime.memory import peak_rss_mb, rss_mb
 
 RESULT = "@@RESULT "
 
@@ -31,7 +31,7 @@ def _import_framework(kind: str) -> None:
     elif kind == "onnxruntime":
         import onnxruntime  # noqa: F401
     else:
-        from torch2ms import msutil
+        from torch2ms.runtime import msutil
 
         msutil.mindspore()
 
@@ -64,8 +64,8 @@ def measure(spec: dict) -> dict:
 
 
 def dump(spec: dict) -> dict:
-    from torch2ms import msutil
-    from torch2ms.msutil import set_graph_mode
+    from torch2ms.runtime import msutil
+    from torch2ms.runtime.msutil import set_graph_mode
 
     ms = msutil.mindspore()
     os.environ["MS_DEV_DUMP_IR_PASSES"] = "graph_build"

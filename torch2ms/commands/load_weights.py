@@ -21,9 +21,9 @@ def load_weights_command(
 
     Checked like a stage: the outputs against PyTorch with the same weights. A key missing, extra or of
     another shape is named (exit 2) and nothing is written."""
-    from torch2ms.load_weights import load_weights
     from torch2ms.pipeline.workspace import RunDir
     from torch2ms.recipe import load_recipe
+    from torch2ms.tools.load_weights import load_weights
 
     if run.is_dir():
         if recipe is None:

@@ -30,8 +30,8 @@ def ops(
         return
     from rich.table import Table
 
-    from torch2ms.ops_table import operator_rows, render_markdown
     from torch2ms.pipeline.workspace import atomic_write_text
+    from torch2ms.tools.ops_table import operator_rows, render_markdown
 
     rows = operator_rows()
     if write is not None:
@@ -50,8 +50,8 @@ def ops(
 
 
 def _conformance(markdown: bool, write: Path | None, workers: int) -> None:
-    from torch2ms import conformance as conf
     from torch2ms.pipeline.workspace import atomic_write_text
+    from torch2ms.tools import conformance as conf
 
     cases = conf.cached_cases()
     done = [0]

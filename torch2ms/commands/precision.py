@@ -23,10 +23,18 @@ def precision(
         help="also run the model in real fp16 here (PyTorch CPU .half(), the generated MindSpore network with fp16 "
         "parameters) and state how far the emulation is from it",
     ),
+    int8: bool = typer.Option(
+        False,
+        "--int8",
+        help="the INT8 plan instead: calibrate from the recipe's quantize section, emulate the Cube layers in INT8 "
+        "(QDQ), keep layers in float until precision.int8_task_agreement and int8_rel_error hold; writes "
+        "amct_quant.cfg, converter_lite.cfg, precision.md, int8_plan.json",
+    ),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Emulate fp16 per layer, find the fewest layers to keep in fp32 for precision.fp16_rel_error (and
-    check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md."""
+    check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md.
+    With --int8, the same for INT8."""
     from torch2ms.package import precision as plan_mod
     from torch2ms.package.targets import converter_lite_cfg
     from torch2ms.pipeline.runner import Runner, raise_for
@@ -36,6 +44,11 @@ def precision(
 
     r = load_recipe(recipe)
     setup_cpu(cpu_isa)
+    if int8:
+        from torch2ms.commands.precision_int8 import int8_plan
+
+        int8_plan(r, runs, out)
+        return
     until = "fold" if true_fp16 else "export"
     runner = Runner(
         r,
@@ -51,7 +64,7 @@ def precision(
     dest.mkdir(parents=True, exist_ok=True)
     truth = None
     if true_fp16:
-        from torch2ms.package.compat import Fp16Emulator
+        from torch2ms.package.emulate import Fp16Emulator
 
         ref_in, ref_out = split_reference(load_npz(ref_path))
         emulated = Fp16Emulator(onnx_path, ref_in, list(ref_out[0])).run()

@@ -7,7 +7,7 @@ MindSpore's ``padding`` 4-tuple is ``(top, bottom, left, right)``, ``nn.Conv3d``
 ``(head, tail, top, bottom, left, right)``. ``nn.Conv1d`` pads both ends alike, so unequal 1-D
 pads become an ``ops.pad`` first. We always write ``pad_mode`` explicitly: MindSpore's default
 ``'same'`` pads like TensorFlow (extra pad at the end), not like PyTorch; ONNX's ``auto_pad=SAME_*``
-is computed here into explicit pads. A float16 convolution runs as float32 (weights stored in
+is computed into explicit pads (``padding.explicit_pads``). A float16 convolution runs as float32 (weights stored in
 float32) between two casts.
 """
 
@@ -17,34 +17,23 @@ import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter, ms_dtype, squash
 from torch2ms.converters.cell_activation import cell_activation, cell_batchnorm
+from torch2ms.converters.padding import explicit_pads
 
 
-def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad) -> dict:
-    """Keyword arguments shared by nn.Conv2d and nn.Conv2dBnAct, from ONNX Conv attributes."""
+def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad, weight: int = 1) -> dict:
+    """Keyword arguments shared by nn.Conv2d and nn.Conv2dBnAct, from ONNX Conv attributes (the
+    kernel defaults to the shape of input ``weight``)."""
     if em.rank(0) != 4:
         raise Unsupported(f"only 2-D convolution is supported (input rank {em.rank(0)})")
-    w = em.require_const(1, "weight")
-    kernel = tuple(kernel_shape or w.shape[2:])
-    strides = tuple(strides or (1, 1))
-    dilations = tuple(dilations or (1, 1))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pads_b, pads_e = [], []
-        for size, k, s, d in zip(em.shape(0)[2:], kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small = total // 2
-            pads_b.append(small if auto_pad == "SAME_UPPER" else total - small)
-            pads_e.append(total - pads_b[-1])
-        pads = pads_b + pads_e
-    elif auto_pad == "VALID":
-        pads = [0, 0, 0, 0]
-    elif auto_pad != "NOTSET":
-        raise Unsupported(f"auto_pad={auto_pad!r} not supported")
-    pads = tuple(pads or (0, 0, 0, 0))
-    top, left, bottom, right = pads
+    w = em.require_const(weight, "weight" if weight == 1 else "w")
+    kernel = tuple(int(k) for k in (kernel_shape or w.shape[2:]))
+    strides = tuple(int(s) for s in (strides or (1, 1)))
+    dilations = tuple(int(d) for d in (dilations or (1, 1)))
+    (top, left), (bottom, right) = explicit_pads(em.shape(0)[2:], kernel, strides, dilations, pads, auto_pad)
     kw: dict = {"kernel_size": squash(kernel)}
     if any(s != 1 for s in strides):
         kw["stride"] = squash(strides)
-    if any(pads):
+    if any((top, left, bottom, right)):
         kw["pad_mode"] = "pad"
         kw["padding"] = squash((top, bottom, left, right))
     else:
@@ -52,25 +41,6 @@ def conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad) -> dict:
     if any(d != 1 for d in dilations):
         kw["dilation"] = squash(dilations)
     return kw
-
-
-def explicit_pads(sizes, kernel, strides, dilations, pads, auto_pad: str) -> tuple[list[int], list[int]]:
-    """ONNX ``pads`` / ``auto_pad`` of a convolution or pooling as (begins, ends) per spatial axis."""
-    n = len(sizes)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for size, k, s, d in zip(sizes, kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small = total // 2
-            begins.append(small if auto_pad == "SAME_UPPER" else total - small)
-            ends.append(total - begins[-1])
-        return begins, ends
-    if auto_pad == "VALID":
-        return [0] * n, [0] * n
-    if auto_pad != "NOTSET":
-        raise Unsupported(f"auto_pad={auto_pad!r} not supported")
-    pads = [int(p) for p in (pads or [0] * (2 * n))]
-    return pads[:n], pads[n:]
 
 
 def stride_dilation_group(strides, dilations, group) -> dict:

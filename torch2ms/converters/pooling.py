@@ -31,24 +31,12 @@ ends; of a 1-D or 3-D image, a scatter-add (``ops.scatter_nd``) with constant pi
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype, refuse, squash
+from torch2ms.converters.padding import explicit_pads
 
 _POOL = {"max": "nn.MaxPool{}d", "avg": "nn.AvgPool{}d", "conv": "nn.Conv{}d"}
-
-
-def same_pads(sizes, kernel, strides, dilations, auto_pad: str) -> list[int]:
-    """ONNX ``auto_pad=SAME_UPPER/SAME_LOWER`` as explicit ``[begins..., ends...]`` pads."""
-    begins, ends = [], []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations):
-        total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
-        small = total // 2
-        begins.append(small if auto_pad == "SAME_UPPER" else total - small)
-        ends.append(total - begins[-1])
-    return begins + ends
 
 
 class Window:
@@ -64,14 +52,7 @@ class Window:
         self.kernel = [int(k) for k in kernel_shape]
         self.strides = [int(s) for s in (strides or [1] * n)]
         self.dilations = [int(d) for d in (dilations or [1] * n)]
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            pads = same_pads(self.sizes, self.kernel, self.strides, self.dilations, auto_pad)
-        elif auto_pad == "VALID":
-            pads = None
-        elif auto_pad != "NOTSET":
-            raise Unsupported(f"auto_pad={auto_pad!r} not supported")
-        pads = [int(p) for p in (pads or [0] * (2 * n))]
-        self.begins, self.ends = pads[:n], pads[n:]
+        self.begins, self.ends = explicit_pads(self.sizes, self.kernel, self.strides, self.dilations, pads, auto_pad)
         self.n = n
         if not all(self.outs):
             raise Unsupported(f"kernel_shape={self.kernel} larger than the padded input {self.sizes} (empty output)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.converters.api import Unsupported, converter, literal, ms_dtype
+from torch2ms.converters.conv import conv_geometry
 
 # ONNX element type -> (numpy dtype, min, max) of the quantized types MindSpore has
 _QTYPES = {
@@ -209,34 +210,9 @@ def qlinear_matmul(em):
 # --- integer convolutions -----------------------------------------------------------------------
 
 
-def _conv_kwargs(em, w: np.ndarray, auto_pad, dilations, group, kernel_shape, pads, strides) -> dict:
-    """nn.Conv2d keyword arguments from ONNX Conv attributes (pads (top, left, bottom, right) ->
-    MindSpore's (top, bottom, left, right); pad_mode always written)."""
-    if em.rank(0) != 4:
-        raise Unsupported(f"only 2-D convolution is supported (input rank {em.rank(0)})")
-    kernel = tuple(int(k) for k in (kernel_shape or w.shape[2:]))
-    strides = tuple(int(s) for s in (strides or (1, 1)))
-    dilations = tuple(int(d) for d in (dilations or (1, 1)))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for size, k, s, d in zip(em.shape(0)[2:], kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            begins.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
-            ends.append(total - begins[-1])
-        pads = begins + ends
-    elif auto_pad == "VALID":
-        pads = None
-    elif auto_pad != "NOTSET":
-        raise Unsupported(f"auto_pad={auto_pad!r} not supported")
-    top, left, bottom, right = (int(p) for p in (pads or (0, 0, 0, 0)))
-    kw: dict = {"kernel_size": kernel, "has_bias": False}
-    if strides != (1, 1):
-        kw["stride"] = strides
-    kw["pad_mode"] = "pad" if any((top, left, bottom, right)) else "valid"
-    if kw["pad_mode"] == "pad":
-        kw["padding"] = (top, bottom, left, right)
-    if dilations != (1, 1):
-        kw["dilation"] = dilations
+def _conv_kwargs(em, w: int, auto_pad, dilations, group, kernel_shape, pads, strides) -> dict:
+    """nn.Conv2d keyword arguments from ONNX Conv attributes; ``w``: the weight's input index."""
+    kw = {**conv_geometry(em, kernel_shape, strides, dilations, pads, auto_pad, weight=w), "has_bias": False}
     if group != 1:
         kw["group"] = int(group)
     return kw
@@ -259,7 +235,7 @@ def _int_conv(em, x: int, x_zp: int, w: int, w_zp: int, attrs: dict) -> str:
         parts = [high, shifted - 16 * high]  # W - w_zp = 16 * high + low, 0 <= low < 16
         if max(np.abs(p).reshape(len(p), -1).sum(axis=1).max() for p in parts) * largest_x >= _EXACT:
             raise Unsupported("w: the integer convolution's partial sums can exceed 2**24 (not exact in float32)")
-    kw = _conv_kwargs(em, weight, **attrs)
+    kw = _conv_kwargs(em, w, **attrs)
     cin, cout = int(em.shape(x)[1]), int(weight.shape[0])
     xin = f"ops.cast({em.x(x)}, ms.float32)"
     zero_point = _broadcast(em, x_zp, em.shape(x), 1, np.float32, "x_zero_point")

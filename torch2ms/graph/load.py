@@ -34,7 +34,7 @@ from onnx import helper, numpy_helper
 
 from torch2ms.errors import OnnxError
 from torch2ms.graph.ir import Graph, Node, Value
-from torch2ms.memory import release_freed
+from torch2ms.runtime.memory import release_freed
 
 # 11 ... 23. 23 is the newest opset the TorchScript exporter of the installed torch (2.14) writes;
 # onnxruntime 1.32 runs up to 28.

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from torch2ms import __version__, mindir_layout
+from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import aipp, compat, targets
+from torch2ms.package import aipp, compat, int8, targets
 from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
+from torch2ms.runtime import mindir_layout
 from torch2ms.stages import writer_of
 
 FORMAT = "torch2ms-bundle/1"
@@ -212,7 +213,7 @@ def _readme(
         ),
         pre_text=pre_text,
         post_text=post_text,
-        plan_note=_plan_note(manifest.get("fp16_plan")),
+        plan_note=_plan_note(manifest.get("fp16_plan")) or _int8_note(manifest.get("int8_plan")),
         variables_row=(
             f"| `model/{mindir_layout.VARIABLES}/` | the MindIR's weights (over 1 GB, MindSpore keeps them beside the "
             "graph): copy and convert it with `network.mindir` |\n"
@@ -230,6 +231,18 @@ def _plan_note(plan: dict | None) -> str:
     return (
         f"`precision.md`: {len(plan['keep_fp32'])} layer(s) stay fp32 (the files it names in `targets/`), "
         f"emulated rel error {plan['rel_error_all_fp16']} -> {plan['rel_error_with_plan']}."
+    )
+
+
+def _int8_note(plan: dict | None) -> str:
+    if plan is None:
+        return ""
+    task = plan["task_with_plan"]
+    return (
+        f"`precision.md`: INT8 plan, {len(plan['keep_float'])} of {plan['layers']} Cube layer(s) kept in float, "
+        f"{plan['mac_share_int8']:.1%} of their MACs in INT8"
+        + (f", emulated {task['metric']} {task['agreement']:.4f}" if task else "")
+        + "; `targets/<board>/amct_quant.cfg` (AMCT) and `converter_lite.cfg` (full quantization) take `calibration/`."
     )
 
 
@@ -316,10 +329,15 @@ def build_bundle(
 
         preprocess.update(detection.preprocess(recipe))
     tolerance = bundle_tolerance(recipe, records[writer_of("network.mindir", recipe)])
-    plan = None
+    plan = int8_plan = None
+    calib: list[dict] = []
     if precision == "fp16":
         log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")
         plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
+    elif precision == "int8":
+        int8.refuse_limits(recipe, is_image)
+        log("int8 plan: which Cube layers to keep in float (precision.int8_task_agreement, int8_rel_error)")
+        int8_plan, calib = int8.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     log("scanning the model for the target and measuring the fp16 error budget")
     report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
     log("placing every op on AI Core / AI CPU (op lists of the Ascend 310)")
@@ -341,7 +359,15 @@ def build_bundle(
         f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
             target, recipe.name, inputs, precision, fp32_outputs=detecting
         ).encode(),
-        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(precision, inputs, plan).encode(),
+        f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(
+            precision,
+            inputs,
+            plan,
+            # converter_lite quantizes every layer (no per-ONNX-node skip): only when all INT8 meets the gate
+            int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
+            if int8_plan and int8_plan["before"]["ok"]
+            else None,
+        ).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
             target,
             recipe.name,
@@ -361,6 +387,15 @@ def build_bundle(
         files["precision.json"] = (
             json.dumps({k: v for k, v in plan.items() if k not in ("key", "seconds")}, indent=2) + "\n"
         ).encode()
+    if int8_plan is not None:
+        files[f"{tdir}/amct_quant.cfg"] = int8.amct_config(int8_plan, len(calib)).encode()
+        sections = int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
+        files[f"{tdir}/converter_lite_int8.cfg"] = (
+            int8.LITE_HEADER + targets.converter_lite_cfg(precision, inputs, None, sections)
+        ).encode()
+        files.update(int8.calibration_files(calib))
+        files["precision.md"] = int8.plan_markdown(int8_plan, recipe.name).encode()
+        files["precision.json"] = int8.precision_json(int8_plan).encode()
     mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
     manifest = {
         "format": FORMAT,
@@ -385,6 +420,7 @@ def build_bundle(
         "warnings": report["warnings"],
         "aipp_check": report.get("aipp"),
         "fp16_plan": fp16_plan.summary(plan) if plan is not None else None,
+        **({"int8_plan": int8.summary(int8_plan)} if int8_plan is not None else {}),
         "files": {},
     }
     if detecting:

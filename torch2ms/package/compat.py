@@ -16,18 +16,17 @@
   ONNX in onnxruntime with weights, inputs and every intermediate float tensor rounded to fp16
   (accumulation stays fp32, as in the cube unit). This approximates the board's numbers; it
   does not model fp16 accumulation inside vector kernels (large reductions, softmax). The same
-  emulation, switchable per node (``Fp16Emulator``), makes the fp16 plan (``precision.py``).
+  emulation, switchable per node (``emulate.Fp16Emulator``), makes the fp16 plan (``precision.py``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
 from pathlib import Path
 
-import numpy as np
+from torch2ms.package.emulate import Fp16Emulator, fp16_emulation, json_error
 
-from torch2ms.compare import compare_arrays
+__all__ = ["Fp16Emulator"]  # its old home: the emulators live in emulate.py
 
 # op -> (level, why). level: "error" will not compile; "slow" runs on AI CPU; "check" verify on board.
 ONNX_OPS = {
@@ -132,161 +131,6 @@ def scan_mindir(path: Path) -> dict:
     return {"ops": compute, "findings": findings, "fused_kernels": fused}
 
 
-# Inputs that hold sizes, not data: the board computes them at compile time, never in fp16.
-SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
-
-
-class Fp16Emulator:
-    """The ONNX in onnxruntime with fp16 rounding switchable per node.
-
-    A node "in fp16" rounds each float input (weights, activations, graph inputs) and each float
-    output to fp16; a node kept in fp32 sees its inputs as they arrive (rounded already when their
-    producer ran in fp16) and writes exact fp32 outputs, as ATC's ``--keep_dtype`` keeps a node's
-    original dtype. Accumulation stays fp32 either way (the cube unit's). Every rounding is
-    ``Where(flag_i, Cast(Cast(x, fp16), fp32), x)`` with ``flag_i`` element ``i`` of one boolean
-    graph input, so one session serves every choice of fp32 nodes; initializers get their rounded
-    copy precomputed. Candidates are the nodes with a float output, Constant nodes excepted (their
-    value is rounded by the consumer, like a weight).
-    """
-
-    FLAGS = "__t2ms_fp16_flags"
-
-    def __init__(self, onnx_path: Path, inputs: list[dict], output_names: list[str]):
-        import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
-
-        m = onnx.load(str(onnx_path))
-        inferred = onnx.shape_inference.infer_shapes(m)
-        floats = {
-            v.name
-            for v in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
-            if v.type.tensor_type.elem_type == TensorProto.FLOAT
-        }
-        inits = {t.name: t for t in m.graph.initializer if t.data_type == TensorProto.FLOAT}
-        floats |= set(inits)
-        self.inputs, self.output_names = inputs, output_names
-        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
-        self.op_types: list[str] = []
-        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
-        rounded: dict[str, str] = {}
-        extra_inits = []
-        nodes = []
-
-        def round_of(value: str) -> str:
-            if value not in rounded:
-                rounded[value] = f"{value}__r16"
-                if value in inits:
-                    arr = numpy_helper.to_array(inits[value]).astype(np.float16).astype(np.float32)
-                    extra_inits.append(numpy_helper.from_array(arr, rounded[value]))
-                else:
-                    nodes.extend(_round_nodes(value, rounded[value]))
-            return rounded[value]
-
-        for index, n in enumerate(m.graph.node):
-            outs = [o for o in n.output if o in floats]
-            if n.op_type == "Constant" or not outs:
-                nodes.append(n)
-                continue
-            i = len(self.names)
-            self.names.append(n.name)
-            self.op_types.append(n.op_type)
-            self.labels.append(n.name or f"<{n.op_type} #{index}>")
-            flag = f"__t2ms_flag{i}"
-            nodes.append(helper.make_node("Constant", [], [f"{flag}__idx"], value_int=i))
-            nodes.append(helper.make_node("Gather", [self.FLAGS, f"{flag}__idx"], [flag]))
-            skip = SHAPE_INPUTS.get(n.op_type, ())
-            for k, x in enumerate(n.input):
-                if x and x in floats and k not in skip:
-                    sel = f"{x}__in{i}_{k}"
-                    nodes.append(helper.make_node("Where", [flag, round_of(x), x], [sel]))
-                    n.input[k] = sel
-            post = []
-            for k, o in enumerate(n.output):
-                if o in floats:
-                    raw = f"{o}__fp32"
-                    n.output[k] = raw
-                    post += _round_nodes(raw, f"{raw}__r16")
-                    post.append(helper.make_node("Where", [flag, f"{raw}__r16", raw], [o]))
-            nodes += [n, *post]
-        del m.graph.node[:]
-        m.graph.node.extend(nodes)
-        m.graph.initializer.extend(extra_inits)
-        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
-        opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
-        self.session = _session(ort, m, opts)
-        self.runs = 0
-
-    def flags(self, fp32: Collection[int] = (), only: int | None = None) -> np.ndarray:
-        """Per candidate: True (fp16) unless in ``fp32``; with ``only``, that one node alone in fp16."""
-        if only is not None:
-            f = np.zeros(len(self.names), bool)
-            f[only] = True
-            return f
-        f = np.ones(len(self.names), bool)
-        f[list(fp32)] = False
-        return f
-
-    def run(
-        self, fp32: Collection[int] = (), only: int | None = None, samples: int | None = None
-    ) -> list[dict[str, np.ndarray]]:
-        """Outputs per sample (the first ``samples`` of them) with every candidate in fp16 except
-        ``fp32`` (indices into ``names``)."""
-        flags = self.flags(fp32, only)
-        self.runs += 1
-        return [
-            dict(zip(self.output_names, self.session.run(self.output_names, {**s, self.FLAGS: flags})))
-            for s in self.inputs[:samples]
-        ]
-
-
-def _round_nodes(value: str, out: str) -> list:
-    """``out = float32(float16(value))``: round to nearest fp16 (overflow to inf, as fp16 does)."""
-    from onnx import TensorProto, helper
-
-    return [
-        helper.make_node("Cast", [value], [f"{out}__h"], to=TensorProto.FLOAT16),
-        helper.make_node("Cast", [f"{out}__h"], [out], to=TensorProto.FLOAT),
-    ]
-
-
-def emulation_metrics(got: list[dict], reference: list[dict]) -> dict:
-    """Per output: rel error, max abs, cosine, argmax agreement of emulated outputs vs PyTorch's."""
-    metrics = {}
-    for name in reference[0]:
-        a = np.stack([g[name] for g in got])
-        r = np.stack([s[name] for s in reference])
-        mt = compare_arrays(name, a.reshape(-1, *a.shape[2:]), r.reshape(-1, *r.shape[2:]))
-        metrics[name] = {
-            "rel_error": _sig(mt.rel_error),
-            "max_abs": _sig(mt.max_abs),
-            "cosine": _sig(mt.cosine, 6),
-            "argmax_agreement": None if mt.argmax_agreement is None else _sig(mt.argmax_agreement, 5),
-        }
-    return metrics
-
-
-def fp16_emulation(onnx_path: Path, inputs: list[dict], reference: list[dict]) -> dict:
-    """Every node in fp16 (weights, inputs and every float intermediate rounded), per output metrics."""
-    emu = Fp16Emulator(onnx_path, inputs, list(reference[0]))
-    return emulation_metrics(emu.run(), reference)
-
-
-def _json_error(v) -> float:
-    """A recorded error back to a number ('inf', 'nan': an fp16 overflow)."""
-    return float("inf") if isinstance(v, str) else float(v)
-
-
-def _sig(v: float, digits: int = 3):
-    """Round to a few significant digits so that the report is byte-stable across runs."""
-    if v is None or not np.isfinite(v):
-        return None if v is None else str(v)
-    return float(f"{v:.{digits}g}")
-
-
 def build_report(
     onnx_path: Path, mindir_path: Path, inputs, reference, precision: str, tolerance: dict, plan: dict | None = None
 ) -> dict:
@@ -304,13 +148,13 @@ def build_report(
             f"[error] host-only fused kernels in the MindIR: {', '.join(mindir_scan['fused_kernels'][:5])}; re-export "
             "without graph-kernel fusion"
         )
-    worst = max((_json_error(v["rel_error"]) for v in fp16.values()), default=0.0)  # 'nan': fp16 overflow
+    worst = max((json_error(v["rel_error"]) for v in fp16.values()), default=0.0)  # 'nan': fp16 overflow
     kept = len(plan["keep_fp32"]) if plan else 0
     if kept:
-        worst = _json_error(plan["after"]["error"])
+        worst = json_error(plan["after"]["error"])
     if worst > tolerance["rel_error"]:
         where = (
-            f" with the fp16 plan's {kept} layer(s) in fp32 (precision.md; ~{_json_error(plan['before']['error']):.3g}"
+            f" with the fp16 plan's {kept} layer(s) in fp32 (precision.md; ~{json_error(plan['before']['error']):.3g}"
             " with every layer in fp16)"
             if kept
             else ""
@@ -431,23 +275,3 @@ def aipp_markdown(check: dict) -> list[str]:
         errors = " | ".join(f"{r['max_error'][i]:.3g}" for i in images)
         lines.append(f"| {name} | {source} | {errors} | {r['bound']:.3g} |")
     return lines
-
-
-def _session(ort, model, opts):
-    """An onnxruntime session on ``model``. Over protobuf's 2 GB limit (the emulator adds a rounded
-    copy of every weight: ViT-L/16's 1.2 GB become 2.4 GB) it cannot be serialized to bytes, so it
-    goes through a temporary file with its tensors as external data."""
-    import tempfile
-
-    import onnx
-
-    try:
-        data = model.SerializeToString()
-    except Exception:  # protobuf's EncodeError: over 2 GB
-        data = None
-    if data is not None:
-        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    with tempfile.TemporaryDirectory(prefix="torch2ms-emulator-") as tmp:
-        path = Path(tmp) / "emulator.onnx"
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin")
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

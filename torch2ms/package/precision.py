@@ -1,6 +1,6 @@
 """The fp16 plan: which layers to keep in fp32 on an Ascend board, and the files that tell its tools.
 
-**Method.** The emulator (``compat.Fp16Emulator``: the ONNX in onnxruntime, fp16 rounding of a
+**Method.** The emulator (``emulate.Fp16Emulator``: the ONNX in onnxruntime, fp16 rounding of a
 node's inputs, weights and outputs switchable per node, fp32 accumulation) on the run's reference
 samples, against PyTorch's outputs, judged by ``judge``: ``precision.fp16_rel_error`` on every
 output's ``max|a - r| / max|r|``, and ``check.task_agreement`` when the recipe sets it. The set
@@ -50,8 +50,10 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
-from torch2ms.package import compat, search
-from torch2ms.package.compat import Fp16Emulator, _json_error, _sig, emulation_metrics
+from torch2ms.package import emulate, search
+from torch2ms.package.emulate import Fp16Emulator, emulation_metrics
+from torch2ms.package.emulate import json_error as _json_error
+from torch2ms.package.emulate import sig as _sig
 from torch2ms.package.search import Verdict
 
 ASCEND_IR_TYPES = {
@@ -202,7 +204,7 @@ def make_plan(
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
-    from torch2ms.pipeline.runner import source_hash
+    from torch2ms.pipeline.fingerprint import source_hash
     from torch2ms.pipeline.workspace import sha256_file
 
     payload = {
@@ -214,7 +216,7 @@ def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
         "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
         "source": source_hash(),
         # source_hash leaves the package layer out: the emulator and the search decide the plan too
-        "search": [sha256_file(Path(m.__file__)) for m in (search, compat)] + [sha256_file(Path(__file__))],
+        "search": [sha256_file(Path(m.__file__)) for m in (search, emulate)] + [sha256_file(Path(__file__))],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -426,7 +428,7 @@ def _torch_fp16(recipe, samples: list[dict]) -> list[dict]:
 
 
 def _mindspore_fp16(fold_dir: Path, samples: list[dict], names: list[str]) -> list[dict]:
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)

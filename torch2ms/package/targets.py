@@ -62,6 +62,8 @@ TARGETS = {
 PRECISION = {
     "fp16": ("enforce_fp16", "force_fp16"),
     "fp32": ("preferred_fp32", "allow_fp32_to_fp16"),
+    # int8: the Cube layers quantized (AMCT's deploy ONNX for ATC, converter_lite full quantization), the rest fp16
+    "int8": ("enforce_fp16", "force_fp16"),
 }
 
 
@@ -117,7 +119,9 @@ def _shapes(inputs: list[dict], sep: str, brackets: bool = False) -> str:
     return ";".join(f"{i['name']}:{dims(i)}" for i in inputs)
 
 
-def converter_lite_cfg(precision: str, inputs: list[dict] | None = None, plan: dict | None = None) -> str:
+def converter_lite_cfg(
+    precision: str, inputs: list[dict] | None = None, plan: dict | None = None, quant: dict | None = None
+) -> str:
     """``[ascend_context]``: with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``
     (one profile per size: ``[1],[2],[4],[8]``), which the MindSpore Lite docs take from the config
     file rather than ``--inputShape``; with an fp16 plan that keeps layers in fp32, the
@@ -133,6 +137,8 @@ def converter_lite_cfg(precision: str, inputs: list[dict] | None = None, plan: d
 
         for section, keys in converter_lite_settings(plan).items():
             sections.setdefault(section, {}).update(keys)
+    for section, keys in (quant or {}).items():  # INT8: full quantization (int8.converter_lite_sections)
+        sections.setdefault(section, {}).update(keys)
     return "".join(f"[{name}]\n" + "".join(f"{k}={v}\n" for k, v in keys.items()) for name, keys in sections.items())
 
 
@@ -151,6 +157,7 @@ def converter_lite_sh(
     sizes = batch_sizes(inputs)
     # a dynamic batch takes its input_shape and dynamic_dims from converter_lite.cfg
     shape_flag = "" if sizes else f'  --inputShape="{_shapes(inputs, ",")}" \\\n'
+    config = "${CONVERTER_CONFIG:-$HERE/converter_lite.cfg}" if precision == "int8" else "$HERE/converter_lite.cfg"
     served = f"\n# Batch sizes {','.join(map(str, sizes))} (dynamic_dims in converter_lite.cfg)." if sizes else ""
     return f"""#!/bin/sh
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
@@ -168,7 +175,7 @@ cd "$HERE"  # converter_lite.cfg names modify_mixlist.json relative to this fold
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
-{shape_flag}  --configFile="$HERE/converter_lite.cfg"{out_type}
+{shape_flag}  --configFile="{config}"{out_type}
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with:"
 echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
@@ -190,6 +197,9 @@ def atc_sh(
     sizes = batch_sizes(inputs)
     if sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
         flags += f' \\\n  --dynamic_batch_size="{",".join(map(str, sizes))}"'
+    model = "$BUNDLE/model/model.onnx"
+    if precision == "int8":  # ATC compiles the INT8 model AMCT writes (precision.md, 'For the board')
+        model = "${ONNX_MODEL:?set ONNX_MODEL to AMCT's deploy ONNX (amct_quant.cfg, precision.md)}"
     note = (
         "# With AIPP the OM model takes NHWC uint8 RGB images of the model's input size; the\n"
         "# normalisation of the recipe happens on the NPU (aipp.cfg). Resize on the host first.\n"
@@ -213,7 +223,7 @@ if command -v npu-smi >/dev/null 2>&1; then
   fi
 fi
 atc --framework=5 \\
-  --model="$BUNDLE/model/model.onnx" \\
+  --model="{model}" \\
   --output="$BUNDLE/model/{model_name}" \\
   --input_format=NCHW \\
   --input_shape="{_shapes(inputs, ",")}" \\

@@ -121,8 +121,8 @@ def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
 
 
 def _run_mindir(root: Path, manifest: dict):
-    from torch2ms import msutil
     from torch2ms.pipeline.workspace import load_npz, split_batches, split_reference
+    from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -18,6 +18,7 @@ from torch2ms.passes.ascend import (
     ExpandGroupNorm,
     ExpandHardActivations,
     MaxPoolPadToPad,
+    MirrorPadToConcat,
     PowToMul,
     ascend_passes,
 )
@@ -70,4 +71,5 @@ __all__ = [
     "MaxPoolPadToPad",
     "ExpandHardActivations",
     "ExpandGroupNorm",
+    "MirrorPadToConcat",
 ]

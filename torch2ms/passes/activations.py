@@ -36,8 +36,8 @@ import numpy as np
 
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.base import Pass, remove_node, replace_node, topological
+from torch2ms.passes.match import ONNX, float_const, producer_of
 
-ONNX = ("", "ai.onnx")
 # Activation kinds the fused cells (nn.Conv2dBnAct, nn.DenseBnAct, nn.Dense) can apply, in the
 # names the fused nodes carry.
 CELL_KINDS = (
@@ -66,14 +66,6 @@ class Act:
     slope: str = ""
 
 
-def _float(graph: Graph, value: str) -> float | None:
-    """A one-element float constant as a Python float, else None."""
-    c = graph.const(value) if value else None
-    if c is None or c.size != 1 or c.dtype.kind != "f":
-        return None
-    return float(c.reshape(()))
-
-
 def _close(a: float | None, b: float, rtol: float = 1e-6) -> bool:
     return a is not None and abs(a - b) <= rtol * abs(b)
 
@@ -83,8 +75,8 @@ def clip_bounds(graph: Graph, node: Node) -> tuple[float | None, float | None]:
     if len(node.inputs) == 1 and ("min" in node.attrs or "max" in node.attrs):
         lo, hi = node.attrs.get("min"), node.attrs.get("max")
         return (None if lo is None or lo <= -3.4e38 else lo, None if hi is None or hi >= 3.4e38 else hi)
-    lo = _float(graph, node.inputs[1]) if len(node.inputs) > 1 else None
-    hi = _float(graph, node.inputs[2]) if len(node.inputs) > 2 else None
+    lo = float_const(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    hi = float_const(graph, node.inputs[2]) if len(node.inputs) > 2 else None
     return lo, hi
 
 
@@ -140,15 +132,10 @@ def per_channel_slope(graph: Graph, slope: str, out_shape: tuple[int, ...], axis
 # --- pattern matching helpers -----------------------------------------------------------------
 
 
-def _producer(graph: Graph, value: str, op: str) -> Node | None:
-    n = graph.producer(value) if value else None
-    return n if n is not None and n.op_type == op and n.domain in ONNX else None
-
-
 def _factors(graph: Graph, value: str, nodes: list[Node]) -> list[str]:
     """The factors of a product tree: ``value`` expanded through ``Mul`` nodes used only once
     (those join ``nodes``), so ``(x * 0.5) * y`` and ``x * (0.5 * y)`` read alike."""
-    mul = _producer(graph, value, "Mul")
+    mul = producer_of(graph, value, "Mul")
     if mul is None or value in graph.outputs or graph.use_count(value) != 1 or len(mul.inputs) != 2:
         return [value]
     nodes.append(mul)
@@ -159,7 +146,7 @@ def _split_consts(graph: Graph, factors: list[str]) -> tuple[float, list[str]]:
     """(product of the one-element constant factors, the other factors)."""
     scale, rest = 1.0, []
     for f in factors:
-        c = _float(graph, f)
+        c = float_const(graph, f)
         if c is None:
             rest.append(f)
         else:
@@ -171,7 +158,7 @@ def _scaled_product(graph: Graph, root: Node) -> tuple[float, list[str], list[No
     """``root`` as ``scale * f1 * f2 ...``: a Mul tree, or a Mul tree divided by a constant."""
     nodes = [root]
     if root.op_type == "Div":
-        d = _float(graph, root.inputs[1])
+        d = float_const(graph, root.inputs[1])
         if d is None or d == 0:
             return None
         scale, rest = _split_consts(graph, _factors(graph, root.inputs[0], nodes))
@@ -186,11 +173,11 @@ def _scaled_product(graph: Graph, root: Node) -> tuple[float, list[str], list[No
 
 def _add_const(graph: Graph, value: str, c: float) -> tuple[str, Node] | None:
     """``value = Add(x, c)`` (either order): returns (x, the Add)."""
-    add = _producer(graph, value, "Add")
+    add = producer_of(graph, value, "Add")
     if add is None or len(add.inputs) != 2:
         return None
     for i in (0, 1):
-        if _close(_float(graph, add.inputs[1 - i]), c) and _float(graph, add.inputs[i]) is None:
+        if _close(float_const(graph, add.inputs[1 - i]), c) and float_const(graph, add.inputs[i]) is None:
             return add.inputs[i], add
     return None
 
@@ -200,18 +187,18 @@ def _divided(graph: Graph, value: str, d: float) -> tuple[str, Node] | None:
     n = graph.producer(value) if value else None
     if n is None or n.domain not in ONNX or len(n.inputs) != 2:
         return None
-    if n.op_type == "Div" and _close(_float(graph, n.inputs[1]), d):
+    if n.op_type == "Div" and _close(float_const(graph, n.inputs[1]), d):
         return n.inputs[0], n
     if n.op_type == "Mul":
         for i in (0, 1):
-            if _close(_float(graph, n.inputs[1 - i]), 1 / d) and _float(graph, n.inputs[i]) is None:
+            if _close(float_const(graph, n.inputs[1 - i]), 1 / d) and float_const(graph, n.inputs[i]) is None:
                 return n.inputs[i], n
     return None
 
 
 def _relu6_of_x_plus_3(graph: Graph, value: str) -> tuple[str, list[Node]] | None:
     """``value = Clip(x + 3, 0, 6)``: returns (x, [Clip, Add])."""
-    clip = _producer(graph, value, "Clip")
+    clip = producer_of(graph, value, "Clip")
     if clip is None or clip_bounds(graph, clip) != (0.0, 6.0):
         return None
     inner = _add_const(graph, clip.inputs[0], 3.0)
@@ -295,7 +282,7 @@ class FuseSilu(FormulaPattern):
         ):
             return None
         for i in (0, 1):
-            sig = _producer(graph, node.inputs[i], "Sigmoid")
+            sig = producer_of(graph, node.inputs[i], "Sigmoid")
             if sig is not None and sig.inputs[0] == node.inputs[1 - i]:
                 return PatternMatch(node, sig.inputs[0], [node, sig], "Silu")
         return None
@@ -332,7 +319,7 @@ class FuseHardSwish(FormulaPattern):
             return None
         scale, (a, b), nodes = p
         for x, gate in ((a, b), (b, a)):
-            hs = _producer(graph, gate, "HardSigmoid")
+            hs = producer_of(graph, gate, "HardSigmoid")
             if hs is not None and _close(scale, 1.0) and hs.inputs[0] == x:
                 act, _ = activation_of(graph, hs)
                 if act is not None:
@@ -352,8 +339,8 @@ class FuseMish(FormulaPattern):
         if node.op_type != "Mul" or node.domain not in ONNX or len(node.inputs) != 2:
             return None
         for i in (0, 1):
-            tanh = _producer(graph, node.inputs[i], "Tanh")
-            sp = _producer(graph, tanh.inputs[0], "Softplus") if tanh is not None else None
+            tanh = producer_of(graph, node.inputs[i], "Tanh")
+            sp = producer_of(graph, tanh.inputs[0], "Softplus") if tanh is not None else None
             if sp is not None and sp.inputs[0] == node.inputs[1 - i]:
                 return PatternMatch(node, sp.inputs[0], [node, tanh, sp], "Mish")
         return None
@@ -385,12 +372,12 @@ class FuseGelu(FormulaPattern):
             if one_plus is None:
                 continue
             inner, add = one_plus
-            erf = _producer(graph, inner, "Erf")
+            erf = producer_of(graph, inner, "Erf")
             if erf is not None:
                 d = _divided(graph, erf.inputs[0], _SQRT2)
                 if d is not None and d[0] == x:
                     return PatternMatch(node, x, nodes + [add, erf, d[1]], "Gelu", attrs={"approximate": "none"})
-            tanh = _producer(graph, inner, "Tanh")
+            tanh = producer_of(graph, inner, "Tanh")
             if tanh is not None:
                 poly = self._tanh_argument(graph, tanh.inputs[0], x)
                 if poly is not None:
@@ -400,7 +387,7 @@ class FuseGelu(FormulaPattern):
     @staticmethod
     def _tanh_argument(graph: Graph, value: str, x: str) -> list[Node] | None:
         """Nodes of ``sqrt(2/pi) * (x + 0.044715 * x^3)`` computing ``value`` from ``x``, or None."""
-        outer = _producer(graph, value, "Mul")
+        outer = producer_of(graph, value, "Mul")
         if outer is None:
             return None
         p = _scaled_product(graph, outer)
@@ -412,7 +399,7 @@ class FuseGelu(FormulaPattern):
             return None
         cube = s.inputs[1] if s.inputs[0] == x else s.inputs[0]
         nodes.append(s)
-        c = _producer(graph, cube, "Mul")
+        c = producer_of(graph, cube, "Mul")
         if c is None:
             return None
         p = _scaled_product(graph, c)
@@ -420,8 +407,8 @@ class FuseGelu(FormulaPattern):
             return None
         factors, nodes = p[1], nodes + p[2]
         if len(factors) == 1:
-            pw = _producer(graph, factors[0], "Pow")
-            if pw is None or pw.inputs[0] != x or _float(graph, pw.inputs[1]) != 3.0:
+            pw = producer_of(graph, factors[0], "Pow")
+            if pw is None or pw.inputs[0] != x or float_const(graph, pw.inputs[1]) != 3.0:
                 return None
             return nodes + [pw]
         return nodes if factors == [x, x, x] else None

@@ -21,8 +21,24 @@ with no such form (``x ** 0.3``) or an integer base with a fractional exponent.
 ``MaxPool3DWithArgmax``, which the 310 runs on AI CPU only) becomes an explicit ``Pad`` with
 ``-inf`` followed by an unpadded ``MaxPool`` (``MaxPool`` and ``PadV3D`` have AI Core kernels):
 a max over a window that includes ``-inf`` padding is the max over its real taps, so the result
-is identical. It does not fire with ``ceil_mode``, dilations, the ``Indices`` output, or
-``auto_pad``.
+is identical. ``ceil_mode`` (which MindSpore also builds on ``MaxPool3DWithArgmax``, padded or
+not) becomes end padding: along an axis of length ``n`` with begin pad ``b``, kernel ``k``, stride
+``s`` and ``out`` windows (the graph's output shape, PyTorch's rule: a last window starting in the
+end padding is dropped), the end pad is ``max((out - 1) * s + k - b - n, 0)``, after which a
+floor-mode pool makes exactly ``out`` windows, each holding at least one real tap. It does not
+fire with dilations, the ``Indices`` output, ``auto_pad`` or an unknown output shape.
+
+**Reflect / edge Pad** (``ops.pad(mode="reflect"|"replicate")``: CANN's ``MirrorPad`` and
+``PadV3``, AI CPU only on the 310; timm's anti-aliased TResNet pads its BlurPool so) becomes the
+data movement it is: per padded axis of length ``n``, a ``Concat`` of one-wide ``Slice`` s of the
+input around it (``StridedSliceD``, ``ConcatD``: AI Core), exact::
+
+    reflect, pads (b, e):  x[b], x[b-1], ..., x[1],  x,  x[n-2], ..., x[n-1-e]
+    edge:                  x[0] (b times),           x,  x[n-1] (e times)
+
+It does not fire on a pad wider than ``MAX_MIRROR`` (the concat would grow past the op it
+replaces), negative pads (crops), pads that are not constants, or below opset 10 (``Slice``
+without inputs).
 
 **HardSwish / HardSigmoid** have no kernel in the 310's op list (AI Core or MindSpore AI CPU), as
 an op or as the activation a fused ``Conv2dBnAct`` / ``Dense`` applies. They become their
@@ -52,6 +68,7 @@ from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.passes.base import Pass, replace_node
 
 MAX_POWER = 16
+MAX_MIRROR = 8  # widest reflect/edge pad rewritten into slices
 
 
 @dataclass
@@ -150,12 +167,10 @@ class MaxPoolPadToPad(Pass):
         if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx"):
             return None
         pads = [int(p) for p in node.attrs.get("pads", [])]
-        return PoolMatch(node, pads) if any(pads) else None
+        return PoolMatch(node, pads) if any(pads) or node.attrs.get("ceil_mode", 0) else None
 
     def check(self, graph: Graph, m: PoolMatch) -> str | None:
         a = m.node.attrs
-        if a.get("ceil_mode", 0):
-            return "ceil_mode=1"
         if any(d != 1 for d in a.get("dilations", [1])):
             return "dilated window"
         if len([o for o in m.node.outputs if o]) > 1:
@@ -165,22 +180,40 @@ class MaxPoolPadToPad(Pass):
         x = graph.values[m.node.inputs[0]]
         if x.dtype is None or np.dtype(x.dtype).kind != "f":
             return "integer input (no -inf to pad with)"
+        out = graph.values.get(m.node.outputs[0])
+        if x.shape is None or out is None or out.shape is None:
+            return "input or output shape unknown"
         return None
+
+    @staticmethod
+    def explicit_pads(graph: Graph, m: PoolMatch) -> tuple[list[int], list[int]]:
+        """Begin and end pads after which a floor-mode, unpadded pool makes the graph's output windows."""
+        a = m.node.attrs
+        sizes = [int(d) for d in graph.values[m.node.inputs[0]].shape[2:]]
+        outs = [int(d) for d in graph.values[m.node.outputs[0]].shape[2:]]
+        kernel = [int(k) for k in a["kernel_shape"]]
+        strides = [int(s) for s in a.get("strides", [1] * len(kernel))]
+        begins = m.pads[: len(kernel)] if m.pads else [0] * len(kernel)
+        ends = [max((o - 1) * s + k - b - n, 0) for o, s, k, b, n in zip(outs, strides, kernel, begins, sizes)]
+        return begins, ends
 
     def rewrite(self, graph: Graph, m: PoolMatch) -> None:
         node = m.node
         x = graph.values[node.inputs[0]]
-        rank = len(x.shape)
-        k = len(m.pads) // 2
-        onnx_pads = [0, 0] + m.pads[:k] + [0, 0] + m.pads[k:]  # ONNX Pad: all begins, then all ends
-        padded_shape = tuple(
-            int(d) + (m.pads[i - 2] + m.pads[i - 2 + k] if i >= 2 else 0) for i, d in enumerate(x.shape)
-        )
+        begins, ends = self.explicit_pads(graph, m)
+        attrs = {k2: v for k2, v in node.attrs.items() if k2 not in ("pads", "ceil_mode")}
+        pool = Node(node.name, "MaxPool", [node.inputs[0]], list(node.outputs), attrs, origin=list(node.origin))
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        if not any(begins + ends):  # ceil_mode without an overhang: nothing to pad
+            graph.nodes[i] = pool
+            return
+        onnx_pads = [0, 0] + begins + [0, 0] + ends  # ONNX Pad: all begins, then all ends
+        padded_shape = (*x.shape[:2], *(int(d) + b + e for d, b, e in zip(x.shape[2:], begins, ends)))
         base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
         pads_v = graph.add_const(f"{node.name}__pads", np.array(onnx_pads, np.int64))
         value_v = graph.add_const(f"{node.name}__neg_inf", np.array(-np.inf, np.dtype(x.dtype)))
         out = f"{node.inputs[0]}__padded_{len(graph.values)}"
-        graph.values[out] = Value(out, padded_shape if rank else None, x.dtype)
+        graph.values[out] = Value(out, padded_shape, x.dtype)
         pad = Node(
             f"{base}/Pad_pool",
             "Pad",
@@ -189,10 +222,94 @@ class MaxPoolPadToPad(Pass):
             {"mode": "constant"},
             origin=list(node.origin),
         )
-        attrs = {k2: v for k2, v in node.attrs.items() if k2 != "pads"}
-        pool = Node(node.name, "MaxPool", [out], list(node.outputs), attrs, origin=list(node.origin))
-        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        pool.inputs = [out]
         graph.nodes[i : i + 1] = [pad, pool]
+
+
+@dataclass
+class MirrorMatch:
+    node: Node
+    mode: str  # reflect | edge
+    begins: list[int] | None  # per axis (None: the pads are not constants)
+    ends: list[int] | None
+
+
+class MirrorPadToConcat(Pass):
+    name = "ascend_mirror_pad_to_concat"
+
+    def match(self, graph: Graph, node: Node):
+        if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+            return None
+        mode = node.attrs.get("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ("reflect", "edge"):
+            return None
+        x = graph.values[node.inputs[0]]
+        rank = len(x.shape) if x.shape is not None else 0
+        given = node.attrs.get("pads") if graph.opset < 11 else graph.const(node.inputs[1])
+        axes = list(range(rank))
+        if graph.opset >= 18 and len(node.inputs) > 3 and node.inputs[3]:
+            a = graph.const(node.inputs[3])
+            axes = None if a is None else [int(v) % rank for v in np.asarray(a).reshape(-1)]
+        if given is None or axes is None or not rank:
+            return MirrorMatch(node, mode, None, None)
+        given = [int(p) for p in np.asarray(given).reshape(-1)]
+        begins, ends = [0] * rank, [0] * rank
+        for k, ax in enumerate(axes):
+            begins[ax], ends[ax] = given[k], given[len(axes) + k]
+        return MirrorMatch(node, mode, begins, ends)
+
+    def check(self, graph: Graph, m: MirrorMatch) -> str | None:
+        if m.begins is None:
+            return "pads (or axes) not constant, or the input shape unknown"
+        if graph.opset < 10:
+            return f"opset {graph.opset}: Slice takes its bounds as inputs from opset 10"
+        pads = m.begins + m.ends
+        if not any(pads):
+            return "nothing padded"
+        if any(p < 0 for p in pads):
+            return "negative pads (a crop)"
+        if max(pads) > MAX_MIRROR:
+            return f"pad {max(pads)} wider than {MAX_MIRROR}"
+        shape = graph.values[m.node.inputs[0]].shape
+        if m.mode == "reflect" and any(max(b, e) >= int(n) for b, e, n in zip(m.begins, m.ends, shape) if b or e):
+            return "reflect pad not shorter than its axis"
+        return None
+
+    def rewrite(self, graph: Graph, m: MirrorMatch) -> None:
+        node = m.node
+        x = graph.values[node.inputs[0]]
+        shape = [int(d) for d in x.shape]
+        base = node.name.rsplit("/", 1)[0] if "/" in node.name else node.name
+        padded = [ax for ax in range(len(shape)) if m.begins[ax] or m.ends[ax]]
+        new: list[Node] = []
+
+        def emit(op: str, inputs: list[str], out_shape, attrs=None, out: str | None = None) -> str:
+            out = out or f"{node.outputs[0]}__mirror{len(new)}"
+            graph.values[out] = Value(out, tuple(out_shape), x.dtype)
+            new.append(Node(f"{base}/{op}_mirror{len(new)}", op, inputs, [out], attrs or {}, origin=list(node.origin)))
+            return out
+
+        def const(tag: str, v: int) -> str:
+            return graph.add_const(f"{node.outputs[0]}__{tag}", np.array([v], np.int64))
+
+        cur = node.inputs[0]
+        for k, ax in enumerate(padded):
+            n, b, e = shape[ax], m.begins[ax], m.ends[ax]
+            if m.mode == "reflect":
+                before, after = list(range(b, 0, -1)), list(range(n - 2, n - 2 - e, -1))
+            else:
+                before, after = [0] * b, [n - 1] * e
+            one = [*shape[:ax], 1, *shape[ax + 1 :]]
+            axis = const("axis", ax)
+            parts = [emit("Slice", [cur, const("start", i), const("end", i + 1), axis], one) for i in before]
+            parts += [cur]
+            parts += [emit("Slice", [cur, const("start", i), const("end", i + 1), axis], one) for i in after]
+            shape[ax] = n + b + e
+            last = k == len(padded) - 1
+            cur = emit("Concat", parts, shape, {"axis": ax}, out=node.outputs[0] if last else None)
+        i = next(i for i, nd in enumerate(graph.nodes) if nd is node)
+        graph.nodes[i : i + 1] = new
 
 
 HARD_ACTS = ("HardSwish", "HardSigmoid")
@@ -324,4 +441,4 @@ class ExpandGroupNorm(Pass):
 
 def ascend_passes() -> list[Pass]:
     """The rewrites for Ascend targets, after the fold stage's passes."""
-    return [PowToMul(), MaxPoolPadToPad(), ExpandHardActivations(), ExpandGroupNorm()]
+    return [PowToMul(), MaxPoolPadToPad(), MirrorPadToConcat(), ExpandHardActivations(), ExpandGroupNorm()]

@@ -22,7 +22,8 @@ import numpy as np
 from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.base import Pass, remove_node
-from torch2ms.passes.fuse_conv_bn_act import SLOPE_INDEX, _single_consumer
+from torch2ms.passes.fuse_conv_bn_act import SLOPE_INDEX
+from torch2ms.passes.match import single_consumer
 
 
 def fold_bn_weights(w, b, gamma, beta, mean, var, eps) -> tuple[np.ndarray, np.ndarray]:
@@ -43,7 +44,7 @@ class FoldBatchNorm(Pass):
         if node.op_type in ("ConvBnAct", "Linear") and node.domain == "torch2ms" and node.attrs.get("has_bn"):
             return (node, None)
         if node.op_type == "Conv" and node.domain in ("", "ai.onnx"):
-            bn = _single_consumer(graph, node.outputs[0])
+            bn = single_consumer(graph, node.outputs[0])
             if bn is not None and bn.op_type == "BatchNormalization":
                 return (node, bn)
         return None

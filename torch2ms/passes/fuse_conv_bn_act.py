@@ -26,6 +26,7 @@ from torch2ms.converters.api import batchnorm_in_training
 from torch2ms.graph.ir import Graph, Node
 from torch2ms.passes.activations import Act, FormulaPattern, activation_of, per_channel_slope
 from torch2ms.passes.base import Pass, remove_node, replace_node
+from torch2ms.passes.match import single_consumer
 
 BN_INPUTS = 4  # scale, bias, mean, var
 SLOPE_INDEX = 7
@@ -54,13 +55,6 @@ class ActAfter:
     supported: bool = True
 
 
-def _single_consumer(graph: Graph, value: str) -> Node | None:
-    if value in graph.outputs:
-        return None
-    users = graph.consumers(value)
-    return users[0] if len(users) == 1 and users[0].inputs.count(value) == 1 else None
-
-
 def activation_after(graph: Graph, producer: Node, formulas: list[FormulaPattern], channel_axis: int = 1) -> ActAfter:
     """The activation that ``producer``'s output flows into, for a fused cell to apply."""
     value = producer.outputs[0]
@@ -68,7 +62,7 @@ def activation_after(graph: Graph, producer: Node, formulas: list[FormulaPattern
         if value in f.misses:
             kind, reason = f.misses[value]
             return ActAfter(kind=kind, reason=reason)
-    user = _single_consumer(graph, value)
+    user = single_consumer(graph, value)
     if user is not None:
         act, why_not = activation_of(graph, user)
         if why_not:
@@ -211,7 +205,7 @@ class FuseConvBnAct(LayerBnActFusion):
 
     def layer_problem(self, graph: Graph, m: ChainMatch) -> str | None:
         conv = m.layer
-        if m.bn is not None and _single_consumer(graph, conv.outputs[0]) is not m.bn:
+        if m.bn is not None and single_consumer(graph, conv.outputs[0]) is not m.bn:
             return "the conv output is used by more than the BatchNormalization"
         if len(graph.values[conv.inputs[0]].shape or ()) not in (4, 5):
             return "not a 2-D or 3-D convolution"

@@ -20,14 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.activations import ONNX
 from torch2ms.passes.fuse_conv_bn_act import (
     ChainMatch,
     LayerBnActFusion,
-    _single_consumer,
     activation_after,
     fuse_chain,
 )
+from torch2ms.passes.match import ONNX, single_consumer
 
 
 def _gemm_problem(graph: Graph, gemm: Node) -> str | None:
@@ -56,7 +55,7 @@ class FuseDenseBnAct(LayerBnActFusion):
         elif node.op_type != "Gemm" or node.domain not in ONNX:
             return None
         out = node.outputs[0]
-        bn = _single_consumer(graph, out)
+        bn = single_consumer(graph, out)
         if bn is None or bn.op_type != "BatchNormalization" or len(graph.values[out].shape or ()) != 2:
             bn = None
         after = activation_after(graph, bn or node, self.formulas, channel_axis=-1)

@@ -37,7 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.graph.ir import Graph, Node
-from torch2ms.passes.activations import ONNX, FormulaPattern, PatternMatch, _float, _producer
+from torch2ms.passes.activations import FormulaPattern, PatternMatch
+from torch2ms.passes.match import ONNX, float_const, producer_of
 
 
 def _axes(graph: Graph, node: Node) -> tuple[int, ...] | None:
@@ -89,22 +90,24 @@ class FuseLayerNorm(FormulaPattern):
         d, denom = node.inputs
         nodes = [node]
         if node.op_type == "Mul":
-            rec = _producer(graph, denom, "Reciprocal")
+            rec = producer_of(graph, denom, "Reciprocal")
             if rec is None:
                 return None
             nodes.append(rec)
             denom = rec.inputs[0]
-        sub, sqrt = _producer(graph, d, "Sub"), _producer(graph, denom, "Sqrt")
+        sub, sqrt = producer_of(graph, d, "Sub"), producer_of(graph, denom, "Sqrt")
         if sub is None or sqrt is None:
             return None
         x, mean_out = sub.inputs
-        mean = _producer(graph, mean_out, "ReduceMean")
-        add = _producer(graph, sqrt.inputs[0], "Add")
+        mean = producer_of(graph, mean_out, "ReduceMean")
+        add = producer_of(graph, sqrt.inputs[0], "Add")
         if mean is None or mean.inputs[0] != x or add is None:
             return None
-        var_out, eps = (add.inputs[0], add.inputs[1]) if _float(graph, add.inputs[1]) is not None else add.inputs[::-1]
-        var = _producer(graph, var_out, "ReduceMean")
-        epsilon = _float(graph, eps)
+        var_out, eps = (
+            (add.inputs[0], add.inputs[1]) if float_const(graph, add.inputs[1]) is not None else add.inputs[::-1]
+        )
+        var = producer_of(graph, var_out, "ReduceMean")
+        epsilon = float_const(graph, eps)
         if var is None or epsilon is None:
             return None
         sq = graph.producer(var.inputs[0])
@@ -112,12 +115,12 @@ class FuseLayerNorm(FormulaPattern):
             return None
         d2 = sq.inputs[0]
         if not (
-            (sq.op_type == "Pow" and _float(graph, sq.inputs[1]) == 2.0)
+            (sq.op_type == "Pow" and float_const(graph, sq.inputs[1]) == 2.0)
             or (sq.op_type == "Mul" and sq.inputs == [d2, d2])
         ):
             return None
         if d2 != d:  # the exporter may write x - mean twice, once for the variance
-            sub2 = _producer(graph, d2, "Sub")
+            sub2 = producer_of(graph, d2, "Sub")
             if sub2 is None or sub2.inputs != sub.inputs:
                 return None
             nodes.append(sub2)
@@ -154,7 +157,7 @@ class FuseGroupNorm(FormulaPattern):
     def match(self, graph: Graph, node: Node):
         if node.op_type != "InstanceNormalization" or node.domain not in ONNX:
             return None
-        r1 = _producer(graph, node.inputs[0], "Reshape")
+        r1 = producer_of(graph, node.inputs[0], "Reshape")
         if r1 is None:
             return None
         x = r1.inputs[0]
@@ -195,7 +198,7 @@ class FuseGroupNorm(FormulaPattern):
 
 def _same_type_cast(graph: Graph, value: str) -> Node | None:
     """The Cast producing ``value`` from a tensor of the same dtype (a no-op), if any."""
-    cast = _producer(graph, value, "Cast")
+    cast = producer_of(graph, value, "Cast")
     if cast is None or graph.values[cast.inputs[0]].dtype != graph.values[value].dtype:
         return None
     return cast
@@ -203,8 +206,8 @@ def _same_type_cast(graph: Graph, value: str) -> Node | None:
 
 def _reciprocal(graph: Graph, value: str) -> Node | None:
     """The node computing ``value`` as ``Reciprocal(v)`` or ``Div(1, v)``, if so."""
-    inv = _producer(graph, value, "Reciprocal") or _producer(graph, value, "Div")
-    if inv is None or (inv.op_type == "Div" and _float(graph, inv.inputs[0]) != 1.0):
+    inv = producer_of(graph, value, "Reciprocal") or producer_of(graph, value, "Div")
+    if inv is None or (inv.op_type == "Div" and float_const(graph, inv.inputs[0]) != 1.0):
         return None
     return inv
 
@@ -217,24 +220,26 @@ class FuseRMSNorm(FormulaPattern):
             return None
         nodes = [node]
         if node.op_type == "Div":  # x / Sqrt(...)
-            x, sqrt = node.inputs[0], _producer(graph, node.inputs[1], "Sqrt")
+            x, sqrt = node.inputs[0], producer_of(graph, node.inputs[1], "Sqrt")
         else:  # x * (1 / Sqrt(...)) or x * Reciprocal(Sqrt(...)), either order
             found = [(a, _reciprocal(graph, b)) for a, b in (node.inputs, node.inputs[::-1]) if _reciprocal(graph, b)]
             if not found:
                 return None
             x, inv = found[0]
             nodes.append(inv)
-            sqrt = _producer(graph, inv.inputs[-1], "Sqrt")
-        add = _producer(graph, sqrt.inputs[0], "Add") if sqrt is not None else None
+            sqrt = producer_of(graph, inv.inputs[-1], "Sqrt")
+        add = producer_of(graph, sqrt.inputs[0], "Add") if sqrt is not None else None
         if add is None:
             return None
-        ms_out, eps = (add.inputs[0], add.inputs[1]) if _float(graph, add.inputs[1]) is not None else add.inputs[::-1]
-        mean, epsilon = _producer(graph, ms_out, "ReduceMean"), _float(graph, eps)
+        ms_out, eps = (
+            (add.inputs[0], add.inputs[1]) if float_const(graph, add.inputs[1]) is not None else add.inputs[::-1]
+        )
+        mean, epsilon = producer_of(graph, ms_out, "ReduceMean"), float_const(graph, eps)
         sq = graph.producer(mean.inputs[0]) if mean is not None else None
         if epsilon is None or sq is None or sq.domain not in ONNX:
             return None
         if not (
-            (sq.op_type == "Pow" and sq.inputs[0] == x and _float(graph, sq.inputs[1]) == 2.0)
+            (sq.op_type == "Pow" and sq.inputs[0] == x and float_const(graph, sq.inputs[1]) == 2.0)
             or (sq.op_type == "Mul" and sq.inputs == [x, x])
         ):
             return None

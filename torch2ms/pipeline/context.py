@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from torch2ms.pipeline.stage import writer_of
 from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_reference
 from torch2ms.recipe import Recipe
 
@@ -37,14 +36,13 @@ class RunContext:
             self.stages = [cls() for cls in PIPELINE]
         return self.stages
 
-    def first_writer(self, name: str) -> str:
-        """The first stage that writes ``name`` (network.py: the plain rebuild, before any folding)."""
-        return next(st.name for st in self.pipeline() if name in st.writes and st.enabled(self.recipe))
-
-    def artifact(self, name: str) -> Path:
+    def artifact(self, name: str, first: bool = False) -> Path:
         """Where the stage that writes ``name`` keeps it (model.onnx, reference.npz, network.py...):
-        the last enabled stage of the pipeline that declares it in ``writes``."""
-        return self.stage_dir(writer_of(name, self.pipeline(), self.recipe)) / name
+        the last enabled stage of the pipeline that declares it in ``writes`` (``first``: the first,
+        e.g. the unfolded network.py)."""
+        from torch2ms.stages import writer_of
+
+        return self.stage_dir(writer_of(name, self.recipe, self.pipeline(), first)) / name
 
     # --- the reference data (sample inputs and PyTorch's outputs) ---
     def reference(self) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:

@@ -70,7 +70,7 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
     """compile/mindir: the network.py they were built from, replayed (the replay its own stage
     recorded, or one run now), and their outputs against that code's PyNative outputs within the
     recipe's bound."""
-    from torch2ms import msutil
+    from torch2ms.runtime import msutil
 
     src = ctx.artifact("network.py").parent
     check = ctx.recipe.check
@@ -98,7 +98,7 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
 
 
 def _replay(ctx, src, tol: Tolerance, needed: list[str]) -> dict:
-    from torch2ms.divergence import localize
+    from torch2ms.pipeline.divergence import localize
 
     try:
         diff = localize(ctx.artifact("model.onnx"), src, ctx.reference_inputs(), tol, src.name)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
-from torch2ms.pipeline.runner import RunResult, framework_versions
+from torch2ms.pipeline.fingerprint import framework_versions
+from torch2ms.pipeline.markdown import table
+from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
-from torch2ms.runtime import cpu_choice
+from torch2ms.runtime.cpu import cpu_choice
 
 COLUMNS = ("stage", "status", "seconds", "peak RSS MB", "max abs err", "max rel err", "cosine", "task", "notes")
 NUMERIC = ("seconds", "peak RSS MB", "max abs err", "max rel err", "cosine")
@@ -109,10 +111,8 @@ def write_reports(result: RunResult) -> None:
         f"Tolerance: relative error <= {result.recipe.check.rel_error:g}, cosine >= {result.recipe.check.cosine}; "
         f"{result.recipe.check.samples} sample(s), seed {result.recipe.check.seed}.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *table(COLUMNS, rows(result)),
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
     lines += _task_lines(result)
     if choice:
         lines += ["", f"CPU setting: ONEDNN_MAX_CPU_ISA={choice.isa} ({choice.source}: {choice.reason})."]

@@ -4,67 +4,31 @@ A stage is up to date when its record says ``passed``, its fingerprint matches, 
 artifacts still hash to what the record says. The fingerprint covers the stage's part of the
 recipe, the previous stage's fingerprint (so changing one stage's option re-runs it and every
 stage after it), the hashes of the artifacts it reads, the tool and framework versions, and a
-hash of torch2ms's own conversion code (so a fixed converter re-converts, even at the same
-version number).
+hash of torch2ms's own conversion code (``pipeline.fingerprint``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from torch2ms import __version__
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
-from torch2ms.memory import StageMemory, release_freed
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
-from torch2ms.pipeline.stage import Stage
+from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
+from torch2ms.pipeline.record import Floors, StageRecord
+from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
-from torch2ms.runtime import cpu_choice
-
-# onnxscript: the dynamo export path needs it ("absent" where it is not installed)
-FRAMEWORKS = ("torch", "onnx", "onnxruntime", "onnxscript", "mindspore", "numpy")
-
-
-# Code that cannot change a conversion's result: commands and the batch/bench/packaging layers.
-_NOT_CONVERSION_CODE = ("commands", "bench", "package", "zoo", "cli.py", "cli_app.py", "__main__.py")
-_source_hash: str | None = None
-
-
-def source_hash() -> str:
-    """sha256 (16 hex digits) of torch2ms's conversion code: every .py file outside the CLI,
-    command, zoo, bench and package layers, by relative path and bytes."""
-    global _source_hash
-    if _source_hash is None:
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for path in sorted(root.rglob("*.py")):
-            rel = path.relative_to(root)
-            if rel.parts[0] in _NOT_CONVERSION_CODE or "__pycache__" in rel.parts:
-                continue
-            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-        _source_hash = h.hexdigest()[:16]
-    return _source_hash
-
-
-def framework_versions() -> dict[str, str]:
-    out = {"torch2ms": __version__, "torch2ms_source": source_hash()}
-    for pkg in FRAMEWORKS:
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "absent"
-    return out
+from torch2ms.runtime.cpu import cpu_choice
+from torch2ms.runtime.memory import StageMemory, release_freed
 
 
 def all_stages() -> list[Stage]:
@@ -87,6 +51,32 @@ class StageResult:
 
 
 @dataclass
+class Measured:
+    """A stage's outputs measured against PyTorch's under its tolerance."""
+
+    metrics: list[OutputMetrics] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)  # every bound missed
+    tensor_violations: list[str] = field(default_factory=list)  # the per-output tensor bounds missed
+    beyond: list[str] = field(default_factory=list)  # within a widened bound, beyond check.ceiling: needs evidence
+    bounds: dict = field(default_factory=dict)
+    task_result: Any = None
+    batch_metrics: dict[int, list[OutputMetrics]] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    """A stage's status and why, with what diff's replay and the evidence added."""
+
+    status: str
+    reason: str
+    violations: list[str]
+    bounds: dict
+    diff: Any = None
+    accumulated: dict | None = None
+    evidence: dict | None = None
+
+
+@dataclass
 class RunResult:
     recipe: Recipe
     root: Path
@@ -100,10 +90,6 @@ class RunResult:
     @property
     def failed_stage(self) -> StageResult | None:
         return next((s for s in self.stages if s.status == "failed"), None)
-
-
-def _fingerprint(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class Runner:
@@ -123,14 +109,6 @@ class Runner:
         self.stages = stages if stages is not None else all_stages()
         self.names = [st.name for st in self.stages]
         self.ctx.stages = self.stages
-        # per output: onnxruntime's (rel_error, cosine) against PyTorch, from the noise-floor stage
-        self.floor: dict[str, tuple[float, float]] | None = None
-        # onnxruntime's task agreement with PyTorch (e.g. detection), from the same stage
-        self.task_floor: float | None = None
-        # per output: the error of a stage passed as accumulated rounding (diff replay), for the
-        # stages after it that run the same code without a replay of their own (compile, mindir)
-        self.replay_floor: dict[str, tuple[float, float]] | None = None
-        self.replay_source = ""
         self.versions = framework_versions()
 
     def run(self, from_stage: str | None = None, force: bool = False, until: str | None = None) -> RunResult:
@@ -145,85 +123,138 @@ class Runner:
             stale = self.run_dir.cleanup_stale()
             if stale:
                 self.ctx.log(f"removed leftovers of an interrupted run: {', '.join(stale)}")
-            prev_fp = ""
-            done: list[str] = []
-            stop = False
-            for i, stage in enumerate(self.stages):
-                if stop or (until and i > self.names.index(until)):
-                    result.stages.append(StageResult(stage.name, "not run", declared=stage))
-                    continue
-                if not stage.enabled(self.recipe):
-                    result.stages.append(StageResult(stage.name, "disabled", declared=stage))
-                    continue
-                inputs = {}
-                for source in self._sources(i, stage):
-                    rec = self.run_dir.read_record(source) or {}
-                    inputs.update({f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()})
-                fp_payload = {
-                    "stage": stage.name,
-                    "config": stage.config(self.recipe),
-                    "previous": prev_fp,
-                    "inputs": inputs,
-                    "versions": self.versions,
-                }
-                fp = _fingerprint(fp_payload)
-                forced = force or (from_stage is not None and i >= self.names.index(from_stage))
-                record = self.run_dir.read_record(stage.name)
-                settled = record and record.get("status") in ("passed", proof.NOT_CHECKABLE)
-                if not forced and settled and record.get("fingerprint") == fp:
-                    changed = self.run_dir.changed_artifacts(stage.name, record)
-                    if not changed:  # a not checkable verdict stays one: the same inputs decide the same
-                        self._note_floor(stage, record)
-                        cached, why = "up to date", ""
-                        if record["status"] == proof.NOT_CHECKABLE:
-                            cached, why = proof.NOT_CHECKABLE, proof.reason(record["evidence"])
-                        result.stages.append(StageResult(stage.name, cached, record, why, declared=stage))
-                        self.on_stage(stage.name, cached)
-                        prev_fp = fp
-                        done.append(stage.name)
-                        continue
-                    self.ctx.log(f"{stage.name}: {', '.join(changed)} changed since it was written; running it again")
-                self.on_stage(stage.name, "running")
-                res = self._execute(stage, fp, fp_payload, done)
-                self._note_floor(stage, res.record)
-                result.stages.append(res)
-                self.on_stage(stage.name, res.status)
-                prev_fp = fp
-                done.append(stage.name)
-                if res.status not in ("passed", proof.NOT_CHECKABLE):  # not checkable: its artifacts are sound
-                    stop = True
+            self._run_stages(result, from_stage, force, until)
         finally:
             self.run_dir.unlock()
             result.seconds = time.perf_counter() - t_start
         return result
 
-    def _note_floor(self, stage: Stage, record: dict | None) -> None:
-        if stage.noise_floor and record:
-            self.floor = {m["name"]: (float(m["rel_error"]), float(m["cosine"])) for m in record.get("metrics", [])}
-            self.task_floor = (record.get("task") or {}).get("agreement")
-        accepted = (record or {}).get("accumulated")
-        if accepted:
-            self.replay_floor = {k: tuple(v) for k, v in accepted["floor"].items()}
-            self.replay_source = f"the {stage.name} stage's accumulated float32 error (diff replay)"
+    def _run_stages(self, result: RunResult, from_stage: str | None, force: bool, until: str | None) -> None:
+        """Each stage in order: skipped when up to date, else run and checked; after a failure the
+        rest are not run. Each stage's record hands the next its floors (``record.Floors``)."""
+        prev_fp = ""
+        done: list[str] = []
+        floors = Floors()
+        stop = False
+        for i, stage in enumerate(self.stages):
+            if stop or (until and i > self.names.index(until)):
+                result.stages.append(StageResult(stage.name, "not run", declared=stage))
+                continue
+            if not stage.enabled(self.recipe):
+                result.stages.append(StageResult(stage.name, "disabled", declared=stage))
+                continue
+            fp_payload = self._fingerprint_of(i, stage, prev_fp)
+            fp = fingerprint(fp_payload)
+            forced = force or (from_stage is not None and i >= self.names.index(from_stage))
+            res = None if forced else self._up_to_date(stage, fp)
+            if res is None:
+                self.on_stage(stage.name, "running")
+                res = self._execute(stage, fp, fp_payload, done, floors)
+                # not checkable: its artifacts are sound
+                stop = res.status not in ("passed", proof.NOT_CHECKABLE)
+            floors = floors.after(stage, res.record)
+            result.stages.append(res)
+            self.on_stage(stage.name, res.status)
+            prev_fp = fp
+            done.append(stage.name)
+
+    def _fingerprint_of(self, i: int, stage: Stage, prev_fp: str) -> dict:
+        """What stage ``i``'s fingerprint covers: its config, the previous stage's fingerprint, the
+        hashes of the artifacts it reads, the versions."""
+        inputs = {}
+        for source in self._sources(i, stage):
+            rec = self.run_dir.read_record(source) or {}
+            inputs.update({f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()})
+        return {
+            "stage": stage.name,
+            "config": stage.config(self.recipe),
+            "previous": prev_fp,
+            "inputs": inputs,
+            "versions": self.versions,
+        }
+
+    def _up_to_date(self, stage: Stage, fp: str) -> StageResult | None:
+        """The stage's cached result when its record settled at this fingerprint and its artifacts
+        are unchanged; None when it must run."""
+        record = self.run_dir.read_record(stage.name)
+        settled = record and record.get("status") in ("passed", proof.NOT_CHECKABLE)
+        if not settled or record.get("fingerprint") != fp:
+            return None
+        changed = self.run_dir.changed_artifacts(stage.name, record)
+        if changed:
+            self.ctx.log(f"{stage.name}: {', '.join(changed)} changed since it was written; running it again")
+            return None
+        # a not checkable verdict stays one: the same inputs decide the same
+        cached, why = "up to date", ""
+        if record["status"] == proof.NOT_CHECKABLE:
+            cached, why = proof.NOT_CHECKABLE, proof.reason(record["evidence"])
+        return StageResult(stage.name, cached, record, why, declared=stage)
 
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
         before it that writes that artifact."""
+        from torch2ms.stages import writer_of
+
         out = []
         for name in stage.reads:
-            writers = [st.name for st in self.stages[:i] if name in st.writes and st.enabled(self.recipe)]
-            if not writers:
-                raise Torch2msError(f"stage {stage.name!r} reads {name!r}, which no enabled stage before it writes")
-            if writers[-1] not in out:
-                out.append(writers[-1])
+            try:
+                source = writer_of(name, self.recipe, self.stages[:i])
+            except KeyError:
+                raise Torch2msError(
+                    f"stage {stage.name!r} reads {name!r}, which no enabled stage before it writes"
+                ) from None
+            if source not in out:
+                out.append(source)
         return out
 
-    def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str]) -> StageResult:
+    def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
         out = self.run_dir.fresh_partial(stage.name)
         memory = StageMemory().start()
         t0, cpu0 = time.perf_counter(), time.process_time()
+        produced = self._run(stage, out, done)
+        seconds_run = time.perf_counter() - t0
+        gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
+        m = self._measure(stage, produced, floors, out, done) if produced.outputs is not None else Measured()
+        verdict = self._verdict(stage, out, m, produced.outputs)
+        if not any("model.onnx" in st.reads for st in self.stages[self.names.index(stage.name) + 1 :]):
+            self.ctx.drop_graphs()  # no later stage generates code from the ONNX
+        counts, extra = produced.counts, produced.extra
+        del produced
+        release_freed()  # what the stage freed goes back to the system before the next one runs
+        memory.stop()
+        w = worst(m.metrics) if m.metrics else None
+        record = StageRecord(
+            stage=stage.name,
+            status=verdict.status,
+            fingerprint=fp,
+            fingerprint_of=fp_payload,
+            artifacts=artifact_hashes(out),
+            seconds=round(seconds_run, 3),
+            seconds_total=round(time.perf_counter() - t0, 3),
+            memory=memory.to_dict(),
+            cpu_seconds=round(time.process_time() - cpu0, 3),
+            metrics=[x.to_dict() for x in m.metrics],
+            worst=w.to_dict() if w else None,
+            bounds=verdict.bounds,
+            batches={str(k): worst(v).to_dict() for k, v in m.batch_metrics.items()},
+            task=m.task_result.to_dict() if m.task_result else None,
+            violations=verdict.violations,
+            diff=verdict.diff.summary() if verdict.diff is not None else None,
+            accumulated=verdict.accumulated,
+            evidence=verdict.evidence,
+            counts=counts,
+            extra=extra,
+            cpu=cpu_choice().to_dict() if cpu_choice() else None,
+        ).to_dict()
+        write_json(out / RECORD, record)
+        self.run_dir.commit(stage.name, out)
+        return StageResult(stage.name, verdict.status, record, verdict.reason, declared=stage)
+
+    def _run(self, stage: Stage, out: Path, done: list[str]) -> StageOutput:
+        """The stage's ``run``; on any error its partial folder goes, and an error that is not the
+        tool's own becomes ``StageFailed`` naming the stages done before it."""
         try:
-            produced = stage.run(self.ctx, out)
+            return stage.run(self.ctx, out)
         except Torch2msError:
             self.run_dir.discard_partial(stage.name)
             raise
@@ -235,67 +266,71 @@ class Runner:
                 f"stage {stage.name!r} failed after {done}: {type(err).__name__}: {err}",
                 hint="re-run with --debug for the traceback",
             ) from err
-        seconds_run = time.perf_counter() - t0
-        gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
-        metrics: list[OutputMetrics] = []
-        violations: list[str] = []
-        task_result = None
-        bounds = {}
-        tensor_violations: list[str] = []
-        beyond: list[str] = []  # within a widened bound, beyond check.ceiling: needs evidence
-        batch_metrics: dict[int, list[OutputMetrics]] = {}
-        if produced.outputs is not None:
-            _, ref_out = self.ctx.reference()
-            try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
-                metrics = compare_outputs(produced.outputs, ref_out)
-            except (ValueError, KeyError) as err:
-                self.run_dir.discard_partial(stage.name)
-                raise StageFailed(
-                    f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
-                ) from err
-            check = self.recipe.check
-            # the noise-floor stage's own floor: float32 PyTorch against float64, which it measured
-            floor = produced.extra.get("float32_floor") if stage.noise_floor else self.floor
-            source = "float32 PyTorch's distance from float64" if stage.noise_floor else None
-            if not stage.noise_floor and not stage.localize and self.replay_floor:
-                floor, source = self.replay_floor, self.replay_source
-            tol = Tolerance(
-                check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor, ceiling=ceiling(check)
+
+    def _tolerance(self, stage: Stage, produced: StageOutput, floors: Floors) -> Tolerance:
+        """The bound a stage's outputs are held to: the recipe's, widened by a floor (the noise-floor
+        stage's own float32 floor, else the export stage's, or a replay's accumulated error)."""
+        check = self.recipe.check
+        # the noise-floor stage's own floor: float32 PyTorch against float64, which it measured
+        floor = produced.extra.get("float32_floor") if stage.noise_floor else floors.tensor
+        source = "float32 PyTorch's distance from float64" if stage.noise_floor else None
+        if not stage.noise_floor and not stage.localize and floors.replay:
+            floor, source = floors.replay, floors.replay_source
+        tol = Tolerance(
+            check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, floor, ceiling=ceiling(check)
+        )
+        return dataclasses.replace(tol, floor_source=source) if source else tol
+
+    def _measure(self, stage: Stage, produced: StageOutput, floors: Floors, out: Path, done: list[str]) -> Measured:
+        """The stage's outputs against PyTorch's: per output, per extra batch size, and the task."""
+        _, ref_out = self.ctx.reference()
+        try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
+            metrics = compare_outputs(produced.outputs, ref_out)
+        except (ValueError, KeyError) as err:
+            self.run_dir.discard_partial(stage.name)
+            raise StageFailed(
+                f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
+            ) from err
+        tol = self._tolerance(stage, produced, floors)
+        m = Measured(metrics=metrics)
+        for x in metrics:
+            m.tensor_violations += [f"output {x.name!r}: {v}" for v in tol.violations(x)]
+            m.beyond += [f"output {x.name!r}: {v}" for v in tol.beyond_ceiling(x)]
+        m.violations += m.tensor_violations
+        m.bounds = {x.name: tol.bound(x.name) for x in metrics}
+        if stage.noise_floor:
+            task_floor = (
+                (produced.extra.get("float32_task_floor") or {}).get("agreement"),
+                "float32 PyTorch's disagreement with float64",
             )
-            if source:
-                tol = dataclasses.replace(tol, floor_source=source)
-            for m in metrics:
-                tensor_violations += [f"output {m.name!r}: {v}" for v in tol.violations(m)]
-                beyond += [f"output {m.name!r}: {v}" for v in tol.beyond_ceiling(m)]
-            violations += tensor_violations
-            bounds = {m.name: tol.bound(m.name) for m in metrics}
-            if stage.noise_floor:
-                task_floor = (
-                    (produced.extra.get("float32_task_floor") or {}).get("agreement"),
-                    "float32 PyTorch's disagreement with float64",
-                )
-            else:
-                task_floor = self.task_floor, "onnxruntime's disagreement with PyTorch"
-            task_result, task_violation = self._task_check(produced.outputs, ref_out, *task_floor)
-            if task_violation:
-                violations.append(task_violation)
-            for size, outs in (produced.batches or {}).items():
-                ref = self.ctx.batch_reference()[size][1]
-                batch_metrics[size] = compare_outputs([outs], [ref])
-                for m in batch_metrics[size]:
-                    violations += [f"at batch {size}, output {m.name!r}: {v}" for v in tol.violations(m)]
-                    beyond += [f"at batch {size}, output {m.name!r}: {v}" for v in tol.beyond_ceiling(m)]
-        beyond = [] if violations else beyond
+        else:
+            task_floor = floors.task, "onnxruntime's disagreement with PyTorch"
+        m.task_result, task_violation = self._task_check(produced.outputs, ref_out, *task_floor)
+        if task_violation:
+            m.violations.append(task_violation)
+        for size, outs in (produced.batches or {}).items():
+            ref = self.ctx.batch_reference()[size][1]
+            m.batch_metrics[size] = compare_outputs([outs], [ref])
+            for x in m.batch_metrics[size]:
+                m.violations += [f"at batch {size}, output {x.name!r}: {v}" for v in tol.violations(x)]
+                m.beyond += [f"at batch {size}, output {x.name!r}: {v}" for v in tol.beyond_ceiling(x)]
+        return m
+
+    def _verdict(self, stage: Stage, out: Path, m: Measured, outputs) -> Verdict:
+        """Passed, failed or not checkable, from the measurements: a failed or beyond-ceiling check of
+        a localized stage runs diff's replay, which may accept accumulated rounding or give evidence."""
+        violations, bounds = list(m.violations), m.bounds
+        beyond = [] if violations else m.beyond
         diff = self._localize(stage.name, out) if (violations or beyond) and stage.localize else None
         accumulated = evidence = None
-        if diff is not None and violations and violations == tensor_violations:
-            accumulated = self._accept_accumulated(diff, metrics, bounds)
+        if diff is not None and violations and violations == m.tensor_violations:
+            accumulated = self._accept_accumulated(diff, m.metrics, bounds)
             if accumulated:
                 violations = []
                 bounds = accumulated["bounds"]
                 evidence = proof.from_replay(diff, stage.name, ["accumulated rounding past the bound"])
         if beyond:
-            evidence = self._evidence(stage, beyond, diff, produced.outputs)
+            evidence = self._evidence(stage, beyond, diff, outputs)
             if evidence["by"] == "wrong":
                 named = "diff's replay finds a node wrong" if diff.first is not None else diff.local_summary()
                 violations.append(f"{'; '.join(beyond)}, and {named}")
@@ -303,41 +338,7 @@ class Runner:
         reason = "; ".join(violations) or (proof.reason(evidence) if status == proof.NOT_CHECKABLE else "")
         if diff is not None and diff.first is not None and violations:
             reason += f"; {diff.summary()}"
-        w = worst(metrics) if metrics else None
-        if not any("model.onnx" in st.reads for st in self.stages[self.names.index(stage.name) + 1 :]):
-            self.ctx.drop_graphs()  # no later stage generates code from the ONNX
-        counts, extra = produced.counts, produced.extra
-        del produced
-        release_freed()  # what the stage freed goes back to the system before the next one runs
-        memory.stop()
-        record = {
-            "stage": stage.name,
-            "status": status,
-            "fingerprint": fp,
-            "fingerprint_of": fp_payload,
-            "artifacts": artifact_hashes(out),
-            "seconds": round(seconds_run, 3),
-            # run + check + localization; the memory while they ran (torch2ms.memory.StageMemory)
-            "seconds_total": round(time.perf_counter() - t0, 3),
-            "memory": memory.to_dict(),
-            # CPU seconds of all the process's threads: what the stage cost on a machine shared with others
-            "cpu_seconds": round(time.process_time() - cpu0, 3),
-            "metrics": [m.to_dict() for m in metrics],
-            "worst": w.to_dict() if w else None,
-            "bounds": bounds,
-            **({"batches": {str(k): worst(v).to_dict() for k, v in batch_metrics.items()}} if batch_metrics else {}),
-            "task": task_result.to_dict() if task_result else None,
-            "violations": violations,
-            "diff": diff.summary() if diff is not None else None,
-            **({"accumulated": accumulated} if accumulated else {}),
-            **({"evidence": evidence} if evidence else {}),
-            "counts": counts,
-            "extra": extra,
-            "cpu": cpu_choice().to_dict() if cpu_choice() else None,
-        }
-        write_json(out / RECORD, record)
-        self.run_dir.commit(stage.name, out)
-        return StageResult(stage.name, status, record, reason, declared=stage)
+        return Verdict(status, reason, violations, bounds, diff, accumulated, evidence)
 
     def _accept_accumulated(self, diff, metrics: list[OutputMetrics], bounds: dict) -> dict | None:
         """A stage out of its bound only through accumulated rounding passes: ``diff``'s replay found
@@ -389,7 +390,7 @@ class Runner:
         written as diff.json/diff.md beside it. If it fails, that is logged and the stage's own
         verdict stands (failed, or not checkable for want of evidence)."""
         try:
-            from torch2ms.divergence import localize, write_diff
+            from torch2ms.pipeline.divergence import localize, write_diff
 
             tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
             report = localize(

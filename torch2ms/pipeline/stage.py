@@ -8,7 +8,7 @@ A stage declares:
 - ``reads``: the artifacts it takes from earlier stages, and ``writes``: the artifacts it leaves in
   its folder. Which stage a read artifact comes from is derived: the last enabled earlier stage
   that writes it (network.py comes from fold, or from rebuild when folding is off);
-- ``localize``: a failed check runs ``torch2ms.divergence`` on its ``network.py``;
+- ``localize``: a failed check runs ``torch2ms.pipeline.divergence`` on its ``network.py``;
 - ``notes(record)``: the report's notes column for a passed run.
 
 ``run(ctx, out)`` writes its artifacts into ``out`` and returns a ``StageOutput``: the stage's
@@ -73,11 +73,3 @@ class Stage:
 
     def run(self, ctx, out: Path) -> StageOutput:
         raise NotImplementedError
-
-
-def writer_of(artifact: str, stages: list, recipe) -> str:
-    """The name of the last enabled stage in ``stages`` that writes ``artifact``."""
-    writers = [st.name for st in stages if artifact in st.writes and st.enabled(recipe)]
-    if not writers:
-        raise KeyError(f"no enabled stage writes {artifact!r}")
-    return writers[-1]

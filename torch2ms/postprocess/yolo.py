@@ -99,12 +99,6 @@ def _linear_taps(n_in: int, n_out: int):
     return np.stack([s, np.minimum(s + 1, n_in - 1)], 1), np.stack([w0, w1], 1)
 
 
-def to_input(letterboxed: np.ndarray, scale: float = 1 / 255) -> np.ndarray:
-    """Letterboxed HWC uint8 RGB -> float32 NCHW, pixel / (1 / scale): Ultralytics divides by 255."""
-    x = letterboxed.astype(np.float32) / np.float32(1 / scale)
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
-
-
 # ---------------------------------------------------------------- NMS
 
 

@@ -4,7 +4,7 @@ Records the compile (first call) seconds and the median latency of the compiled 
 the PyNative rebuild's, measured in the same process on the same input. ``graph_kernel: auto``
 builds with and without graph-kernel fusion and keeps the faster one (on this CPU, fusion was
 not assumed to help: measure it): after ``warmup`` calls each, the two are timed in alternating
-rounds until one is faster at p <= 0.05 (exact Mann-Whitney, ``torch2ms.latency``) or ``runs``
+rounds until one is faster at p <= 0.05 (exact Mann-Whitney, ``torch2ms.runtime.latency``) or ``runs``
 rounds ran; ``decision`` in the record says how many rounds and the p reached. The PyNative
 reference is timed on ``min(runs, 3)`` calls after its first. Checked: compiled outputs vs
 PyTorch.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms import latency, msutil
-from torch2ms.memory import release_freed
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
+from torch2ms.runtime import latency, msutil
+from torch2ms.runtime.memory import release_freed
 
 # timed PyNative calls after the first: the speedup's reference, reported, not decided on
 PYNATIVE_RUNS = 3
@@ -46,7 +46,7 @@ class CompileStage(Stage):
 
         # PyNative is the reference figure the speedup is stated against, not a choice: a few calls
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        cell = msutil.build_network(ctx.stage_dir(ctx.first_writer("network.py")), "compile_pynative")
+        cell = msutil.build_network(ctx.artifact("network.py", first=True).parent, "compile_pynative")
         pynative = msutil.time_cell(cell, inputs[0], 0, min(spec.runs, PYNATIVE_RUNS))
         del cell
         release_freed()

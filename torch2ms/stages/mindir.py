@@ -3,7 +3,7 @@
 Exported in GRAPH_MODE without graph-kernel fusion (fused kernels built for this host's CPU
 would not run on an Ascend board); reloaded with ``mindspore.load`` + ``nn.GraphCell`` and
 checked vs PyTorch. Over 1 GB of weights, the weights go to ``network_variables/`` beside the graph
-``network.mindir`` (``torch2ms.mindir_layout``). With ``inputs[].batch`` dimension 0 of those inputs
+``network.mindir`` (``torch2ms.runtime.mindir_layout``). With ``inputs[].batch`` dimension 0 of those inputs
 is exported as dynamic, and the reloaded MindIR is checked at every listed size (the runner compares each with PyTorch).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms import mindir_layout, msutil
 from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.runtime import mindir_layout, msutil
 
 
 class MindirStage(Stage):

@@ -2,7 +2,7 @@
 
 The worker runs in a session of its own, so a hang past the timeout is ended by killing its
 whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
-worker process while it runs and also reported by the worker itself (``VmHWM``, torch2ms.memory); the larger is
+worker process while it runs and also reported by the worker itself (``VmHWM``, torch2ms.runtime.memory); the larger is
 kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
 
 * ``passed`` / ``failed``: the worker finished; ``failed`` means a stage raised or left the
@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch2ms.memory import rss_mb
 from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
+from torch2ms.runtime.memory import rss_mb
 from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit

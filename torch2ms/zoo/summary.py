@@ -12,7 +12,8 @@ import html
 import math
 from pathlib import Path
 
-from torch2ms.pipeline.runner import framework_versions
+from torch2ms.pipeline.fingerprint import framework_versions
+from torch2ms.pipeline.markdown import cell, table
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.failures import blocker_table, category_counts
@@ -96,24 +97,21 @@ def build(rows: list[ModelRow], meta: dict) -> dict:
 
 
 def _md(data: dict) -> str:
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     lines = [
         f"# torch2ms zoo: {data['zoo']}",
         "",
         f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, "
         f"{_limits(data)}); {_resources(data)}.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *table(COLUMNS, ([cell(c) for c in cells(r)] for r in data["models"])),
     ]
-    lines += ["| " + " | ".join(esc(c) for c in cells(r)) + " |" for r in data["models"]]
     if data.get("blockers"):
         lines += ["", "## What blocks the most models", "", f"Failures by category: {_categories(data)}.", ""]
-        lines += ["| models | category | blocker | blocked models |", "|---|---|---|---|"]
-        lines += [
-            f"| {b['count']} | {b['category']} | {esc(b['blocker'])} | {esc(', '.join(b['models']))} |"
-            for b in data["blockers"]
+        header = ("models", "category", "blocker", "blocked models")
+        blockers = [
+            (b["count"], b["category"], cell(b["blocker"]), cell(", ".join(b["models"]))) for b in data["blockers"]
         ]
+        lines += table(header, blockers)
     lines += [
         "",
         "Errors are the worst over all stages against PyTorch; convert s is the sum of the stage times "

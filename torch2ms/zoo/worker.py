@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-from torch2ms.memory import peak_rss_mb
+from torch2ms.runtime.memory import peak_rss_mb
 
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
@@ -42,7 +42,7 @@ def main(job_path: str) -> int:
     _die_with_parent()
     job = json.loads(Path(job_path).read_text())
     # The CPU setting must be in the environment before anything imports MindSpore.
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     choice = configure_cpu(job.get("cpu_isa"))
     os.environ.setdefault("GLOG_v", "3")

@@ -18,8 +18,9 @@ BILINEAR filter (antialiased when shrinking), float32, reverse the channels for 
 
 Integer and bool inputs (token ids, masks) take .npy files holding whole numbers of the manifest's
 dtype, or ``--tokens``: the ids fill every row of the first input from position 0, padded with
-``--pad-id``; a second integer or bool input of the same shape becomes the attention mask (1 at the
-given tokens, 0 on the padding).
+``--pad-id``; the other integer or bool inputs of the same shape become the attention mask (1 at the
+given tokens, 0 on the padding), except one named ``token_type_ids``: all 0 (one segment, as a
+tokenizer gives for a single text).
 
 Detection bundles (manifest "postprocess" kind "detection") letterbox instead of resizing and run
 NMS on the host with ``postprocess.py`` (numpy; OpenCV's resize when ``cv2`` is importable). They
@@ -41,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _cap_onednn_isa() -> None:
-    """Copy of torch2ms.runtime.configure_cpu: on AVX-512/AMX CPUs MindSpore's oneDNN kernels were
+    """Copy of torch2ms.runtime.cpu.configure_cpu: on AVX-512/AMX CPUs MindSpore's oneDNN kernels were
     measured ~80x slower than capped at AVX2. oneDNN reads ONEDNN_MAX_CPU_ISA once, so it must be
     set before mindspore is imported. A value the user set is left alone."""
     if "ONEDNN_MAX_CPU_ISA" in os.environ:
@@ -362,8 +363,8 @@ def load_array(path: Path, spec: dict) -> np.ndarray:
 
 
 def token_inputs(tokens: str, pad_id: int, specs: list[dict]) -> list[np.ndarray]:
-    """``--tokens``: the ids in every row of the first input, padded; a second integer/bool input of
-    the same shape is the attention mask (1 at the tokens, 0 on the padding)."""
+    """``--tokens``: the ids in every row of the first input, padded; the other integer/bool inputs of
+    the same shape are the attention mask (1 at the tokens, 0 on the padding), ``token_type_ids`` 0."""
     first = specs[0]
     if np.dtype(first.get("dtype", "float32")).kind not in "iu" or len(first["shape"]) != 2:
         raise InputError(f"--tokens needs a (batch, sequence) integer first input; {first['name']!r} is not")
@@ -380,7 +381,10 @@ def token_inputs(tokens: str, pad_id: int, specs: list[dict]) -> list[np.ndarray
     for spec in specs[1:]:
         if list(spec["shape"]) != list(first["shape"]) or np.dtype(spec.get("dtype", "float32")).kind not in "biu":
             raise InputError(f"--tokens: input {spec['name']!r} is not a mask of the ids' shape; pass .npy files")
-        arrays.append(np.tile(np.arange(length) < len(ids), (batch, 1)).astype(spec["dtype"]))
+        if spec["name"] == "token_type_ids":  # segment A everywhere, as for a single text
+            arrays.append(np.zeros((batch, length), spec["dtype"]))
+        else:
+            arrays.append(np.tile(np.arange(length) < len(ids), (batch, 1)).astype(spec["dtype"]))
     return arrays
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.runtime import configure_cpu
+from torch2ms.runtime.cpu import configure_cpu
 
 
 def mindspore():

@@ -44,6 +44,7 @@ import numpy as np
 from torch2ms.bounds import widen
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
+from torch2ms.pipeline.markdown import cell, table
 
 # A node is wrong when its output, computed from onnxruntime's own inputs, leaves this share of
 # the tolerance: a correct float32 op differs by ~1e-7..1e-6 relative, and each injected fault
@@ -436,19 +437,9 @@ def localize(
     replay every statement on onnxruntime's inputs for its local error (see the module's docstring)."""
     import onnx
 
-    from torch2ms import msutil
-    from torch2ms.graph.load import session_with_outputs
-    from torch2ms.pipeline.workspace import sha256_file
-
     tol = Tolerance(tolerance.rel_error, tolerance.cosine, 0.0)
     source = (stage_dir / "network.py").read_text()
-    made_from = re.search(r"\(sha256 ([0-9a-f]{16}), opset", source)
-    if made_from and not sha256_file(onnx_path).startswith(made_from.group(1)):
-        raise Torch2msError(
-            f"{stage_dir / 'network.py'} was generated from another ONNX file than {onnx_path} (sha256 "
-            f"{made_from.group(1)}...)",
-            hint=f"the export changed since; run `torch2ms convert` again so that the {stage} stage is regenerated",
-        )
+    _check_made_from(source, onnx_path, stage_dir, stage)
     entries = json.loads((stage_dir / "tensor_map.json").read_text())
     model = onnx.load(str(onnx_path))
     nodes = _onnx_nodes(model)
@@ -456,14 +447,61 @@ def localize(
     constants = {t.name for t in model.graph.initializer}
     compared = [e for e in entries if e["tensor"] in produced]
     not_compared = [e["tensor"] for e in entries if e["tensor"] not in produced]
-    names = list(dict.fromkeys(e["tensor"] for e in compared))
-    variables = list(dict.fromkeys(e["var"] for e in compared))
     if not compared:
         raise Torch2msError(
             f"{stage_dir / 'tensor_map.json'}: none of its tensors is computed by a node of {onnx_path}; nothing to "
             "compare"
         )
+    acc, local_acc = _run_and_replay(model, stage_dir, stage, compared, samples)
+    # flat layout: lines from the code itself (older tensor maps counted the header as one line); the
+    # modules layout's tensor map holds each statement's line in its class
+    lines = {} if any("module" in e for e in compared) else statement_lines(source)
+    tensors = [_tensor_diff(e, acc, local_acc, tol, lines, nodes, constants) for e in compared]
+    ok = {t.tensor: t.ok for t in tensors}
+    first = next((t for t in tensors if not t.ok and all(ok.get(i, True) for i in t.inputs)), None)
+    first = first or next((t for t in tensors if not t.ok), None)
+    code_file = (display_dir or stage_dir) / "network.py"
+    graph_inputs = [i.name for i in model.graph.input if i.name not in constants]
+    report = DiffReport(
+        stage,
+        code_file,
+        len(samples),
+        tol,
+        tensors,
+        first,
+        not_compared=not_compared,
+        graph_inputs=graph_inputs,
+        replayed=True,
+    )
+    if first is not None:
+        report.code = source.splitlines()[first.line - 1]
+        report.onnx_nodes = [
+            {k: v for k, v in nodes[n].items() if k in ("node", "op", "attributes")} for n in first.origin if n in nodes
+        ]
+    return report
 
+
+def _check_made_from(source: str, onnx_path: Path, stage_dir: Path, stage: str) -> None:
+    """The generated code's header names the ONNX it was made from: it must be ``onnx_path``."""
+    from torch2ms.pipeline.workspace import sha256_file
+
+    made_from = re.search(r"\(sha256 ([0-9a-f]{16}), opset", source)
+    if made_from and not sha256_file(onnx_path).startswith(made_from.group(1)):
+        raise Torch2msError(
+            f"{stage_dir / 'network.py'} was generated from another ONNX file than {onnx_path} (sha256 "
+            f"{made_from.group(1)}...)",
+            hint=f"the export changed since; run `torch2ms convert` again so that the {stage} stage is regenerated",
+        )
+
+
+def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], samples) -> tuple[dict, dict]:
+    """Per compared tensor: the generated code's error against onnxruntime (run as it is), and each
+    statement's local error (replayed on onnxruntime's inputs), accumulated over ``samples``."""
+    from torch2ms.graph.load import session_with_outputs
+    from torch2ms.runtime import msutil
+
+    names = list(dict.fromkeys(e["tensor"] for e in compared))
+    variables = list(dict.fromkeys(e["var"] for e in compared))
     sess = session_with_outputs(model, names)
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
@@ -509,54 +547,32 @@ def localize(
                     local_acc[e["tensor"]].add(replay.computed[entry_key(e)], reference[e["tensor"]])
     finally:
         ms.set_context(mode=mode)
-    local_tol = Tolerance(*widen(tol.rel_error, tol.cosine, LOCAL_SHARE), 0.0)
+    return acc, local_acc
 
-    # from the code itself: older tensor maps counted the header as one line
-    lines = {} if modular else statement_lines(source)
-    tensors = []
-    for e in compared:
-        a = acc[e["tensor"]]
-        m = None if a.problem else a.metrics()
-        t = TensorDiff(
-            e["tensor"],
-            e["var"],
-            e["line"] if modular else lines.get(e["var"], e["line"]),
-            e["node"],
-            e["op"],
-            e.get("origin", [e["node"]]),
-            _entry_inputs(e, nodes, constants),
-            m,
-            module=e.get("module"),
-            cls=e.get("class"),
-        )
-        t.problem = a.problem or "; ".join(tol.violations(m))
-        la = local_acc[e["tensor"]]
-        if la.count and not la.problem:
-            t.local = la.metrics()
-            t.local_problem = "; ".join(local_tol.violations(t.local))
-        tensors.append(t)
-    ok = {t.tensor: t.ok for t in tensors}
-    first = next((t for t in tensors if not t.ok and all(ok.get(i, True) for i in t.inputs)), None)
-    first = first or next((t for t in tensors if not t.ok), None)
-    code_file = (display_dir or stage_dir) / "network.py"
-    graph_inputs = [i.name for i in model.graph.input if i.name not in constants]
-    report = DiffReport(
-        stage,
-        code_file,
-        len(samples),
-        tol,
-        tensors,
-        first,
-        not_compared=not_compared,
-        graph_inputs=graph_inputs,
-        replayed=True,
+
+def _tensor_diff(e: dict, acc: dict, local_acc: dict, tol: Tolerance, lines, nodes, constants) -> TensorDiff:
+    """One tensor map entry's result: its error, its problem, and its local (replayed) error."""
+    a = acc[e["tensor"]]
+    m = None if a.problem else a.metrics()
+    t = TensorDiff(
+        e["tensor"],
+        e["var"],
+        lines.get(e["var"], e["line"]),
+        e["node"],
+        e["op"],
+        e.get("origin", [e["node"]]),
+        _entry_inputs(e, nodes, constants),
+        m,
+        module=e.get("module"),
+        cls=e.get("class"),
     )
-    if first is not None:
-        report.code = source.splitlines()[first.line - 1]
-        report.onnx_nodes = [
-            {k: v for k, v in nodes[n].items() if k in ("node", "op", "attributes")} for n in first.origin if n in nodes
-        ]
-    return report
+    t.problem = a.problem or "; ".join(tol.violations(m))
+    la = local_acc[e["tensor"]]
+    if la.count and not la.problem:
+        local_tol = Tolerance(*widen(tol.rel_error, tol.cosine, LOCAL_SHARE), 0.0)
+        t.local = la.metrics()
+        t.local_problem = "; ".join(local_tol.violations(t.local))
+    return t
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -625,16 +641,16 @@ def render_markdown(report: DiffReport) -> str:
         render_text(report),
         "```",
         "",
-        "| line | variable | op | node | tensor | result | on onnxruntime's inputs |",
-        "|---:|---|---|---|---|---|---|",
     ]
+    header = ("line", "variable", "op", "node", "tensor", "result", "on onnxruntime's inputs")
+    rows = []
     for t in report.tensors:
         mark = "**first divergence**: " if t is report.first else ""
         local = "-" if t.local is None else ("**wrong**: " if t.local_problem else "") + _fmt(t.local)
-        lines.append(
-            f"| {t.line} | `{t.var}` | {t.op} | {t.node} | {t.tensor} | "
-            f"{mark}{(t.problem or _fmt(t.metrics)).replace('|', '/')} | {local.replace('|', '/')} |"
+        rows.append(
+            (t.line, f"`{t.var}`", t.op, t.node, t.tensor, cell(mark + (t.problem or _fmt(t.metrics))), cell(local))
         )
+    lines += table(header, rows, right=(0,))
     if report.not_compared:
         lines += ["", f"Not compared (not an ONNX node output): {', '.join(report.not_compared)}"]
     return "\n".join(lines) + "\n"

@@ -22,15 +22,25 @@ from torch2ms.pipeline.stage import StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz
 
 
+def source_path(recipe) -> Path:
+    """The recipe's ``model.onnx`` resolved (relative to the recipe's folder); it must exist."""
+    path = recipe.resolve(recipe.model.onnx)
+    if not path.is_file():
+        raise RecipeError(
+            f"model.onnx: {path}: file not found",
+            hint="give the path of an .onnx file, relative to the recipe's folder; build output such as another "
+            "run's export/model.onnx must be written first (recipes/deeplabv3plus_onnx.yaml: make convert)",
+        )
+    return path
+
+
 def read_source(recipe):
     """The validated ``model.onnx`` file of the recipe, loaded with its external data."""
     import onnx
 
     from torch2ms.graph.load import check_model, read_onnx
 
-    path = recipe.resolve(recipe.model.onnx)
-    if not path.is_file():
-        raise RecipeError(f"model.onnx: {path}: file not found", hint="give the path of an .onnx file")
+    path = source_path(recipe)
     _external_data_present(path)
     try:
         model = read_onnx(path)

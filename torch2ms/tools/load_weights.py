@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import CheckFailed, Torch2msError
-from torch2ms.module_record import array_hash
+from torch2ms.export.modules import array_hash
 
 STAGES = ("rebuild", "fold")
 
@@ -129,12 +129,12 @@ def pytorch_outputs(recipe, state: dict[str, np.ndarray], samples: list[dict]) -
 def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeights]:
     """Check ``state_path`` against every code-generating stage of the run; write the checkpoints
     only when all pass (see the module docstring)."""
-    from torch2ms import msutil
     from torch2ms.compare import Tolerance, compare_outputs
     from torch2ms.conversion import generate, module_record
     from torch2ms.passes import ascend_passes, fold_passes, rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import sha256_file
+    from torch2ms.runtime import msutil
 
     ctx = RunContext(recipe, run_dir, log=log)
     record = module_record(ctx)

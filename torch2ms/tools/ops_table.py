@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from torch2ms.converters.registry import Registration, refusals, registrations
 from torch2ms.graph.load import SUPPORTED_OPSETS
+from torch2ms.pipeline.markdown import cell, table
 
 MARKDOWN_FILE = "docs/operators.md"
 
@@ -62,10 +63,6 @@ def operator_rows() -> list[OpRow]:
     return rows
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def render_markdown(rows: list[OpRow] | None = None) -> str:
     rows = operator_rows() if rows is None else rows
     onnx_ops = {r.op_type for r in rows if r.domain == "ai.onnx"}
@@ -81,12 +78,12 @@ def render_markdown(rows: list[OpRow] | None = None) -> str:
         "any other attribute as unsupported. Ops of the `torch2ms` domain are made by torch2ms's own graph",
         "passes and never occur in an exported model.",
         "",
-        "| op | domain | opsets | signature | attributes |",
-        "|---|---|---|---|---|",
     ]
-    for r in rows:
-        attrs = ", ".join(f"`{a}`" for a in r.attributes) or "-"
-        lines.append(f"| {r.op_type} | {r.domain} | {r.opsets} | {_cell(r.signature)} | {_cell(attrs)} |")
+    ops = [
+        (r.op_type, r.domain, r.opsets, cell(r.signature), cell(", ".join(f"`{a}`" for a in r.attributes) or "-"))
+        for r in rows
+    ]
+    lines += table(("op", "domain", "opsets", "signature", "attributes"), ops)
     refused = refusals()
     if refused:
         lines += [
@@ -95,8 +92,6 @@ def render_markdown(rows: list[OpRow] | None = None) -> str:
             "",
             "These ONNX ops are refused on purpose: `torch2ms check` and the rebuild stage name the reason.",
             "",
-            "| op | reason |",
-            "|---|---|",
+            *table(("op", "reason"), ((op, cell(reason)) for op, reason in refused.items())),
         ]
-        lines += [f"| {op} | {_cell(reason)} |" for op, reason in refused.items()]
     return "\n".join(lines) + "\n"

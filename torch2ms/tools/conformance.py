@@ -39,7 +39,7 @@ would export them; it passes as ``constant inputs`` only if some node still reac
 (if the whole graph then folds into a constant, nothing of torch2ms was tested and the case
 stays refused).
 
-Cases run in worker processes (``python -m torch2ms.conformance --worker``), each in its own
+Cases run in worker processes (``python -m torch2ms.tools.conformance --worker``), each in its own
 temporary folder, so MindSpore's caches, a stray ``set_context`` or a segfault in one case
 cannot change the next. A worker serves ``RECYCLE`` cases and is replaced; a case that ends
 ``wrong`` or ``crash`` is run again alone in a fresh worker, and that result is the one kept
@@ -63,6 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from torch2ms.pipeline import markdown
 
 STATUSES = ("pass", "pass-vs-onnxruntime", "refused", "wrong", "crash")
 RECYCLE = 150  # cases one worker process runs before it is replaced
@@ -366,11 +368,11 @@ def _reasons(problems) -> str:
 
 
 def _convert_and_run(graph, feeds: dict[str, np.ndarray], workdir: Path) -> list[np.ndarray]:
-    from torch2ms import msutil
     from torch2ms.conversion import convert_graph
     from torch2ms.converters.api import Unsupported
     from torch2ms.errors import UnsupportedOpsError
     from torch2ms.passes import rebuild_passes, run_passes
+    from torch2ms.runtime import msutil
 
     run_passes(graph, rebuild_passes(True))
     try:
@@ -447,7 +449,7 @@ def worker_main() -> None:
     root = Path(tempfile.mkdtemp(prefix="t2ms-conformance-"))
     os.chdir(root)  # kernel_meta/ and friends land here, not in the caller's folder
     try:
-        from torch2ms import msutil
+        from torch2ms.runtime import msutil
 
         msutil.mindspore()
         k = 0
@@ -471,10 +473,10 @@ class Worker:
     def __init__(self):
         env = dict(os.environ)
         env.setdefault("GLOG_v", "3")
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding the torch2ms package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch2ms.conformance", "--worker"],
+            [sys.executable, "-m", "torch2ms.tools.conformance", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -544,7 +546,7 @@ def run_cases(
 ) -> dict[str, Outcome]:
     """Run ``cases`` in ``workers`` worker processes; with ``confirm``, a wrong or crashed case
     is run again alone in a fresh one."""
-    from torch2ms.runtime import configure_cpu
+    from torch2ms.runtime.cpu import configure_cpu
 
     configure_cpu()  # chosen once here; the workers inherit it through the environment
     cases = list(cases)
@@ -686,28 +688,19 @@ class Tally:
         )
 
 
-def _cell(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
     """docs/conformance.md from the outcomes of every case."""
     import json
 
     import onnx
 
-    from torch2ms.converters.registry import refusals, registrations
     from torch2ms.graph.load import SUPPORTED_OPSETS
 
     missing = [c.name for c in cases if c.name not in outcomes]
     if missing:
         raise ValueError(f"{len(missing)} cases have no outcome (first: {missing[0]})")
-    converted = {r.op_type for r in registrations() if not r.domain}
-    refused_ops = refusals()
     tally = Tally.of(outcomes[c.name] for c in cases)
     lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
-    s = tally.status
     lines = [
         "# ONNX conformance",
         "",
@@ -720,7 +713,7 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "by torch2ms as `torch2ms convert` converts a model (loader, rebuild passes, converters, generated",
         "`network.py` + checkpoint) and run in MindSpore PyNative mode; outputs compared with the case's expected",
         "ones like ONNX's backend runner (same count, shape and dtype, then `assert_allclose` with the case's",
-        "rtol/atol). `torch2ms/conformance.py` says how; `tests/conformance` runs them (a subset in `make test`,",
+        "rtol/atol). `torch2ms/tools/conformance.py` says how; `tests/conformance` runs them (a subset in `make test`,",
         "all of them with `make test-slow`).",
         "",
         "- **pass**: *converted* as the case is; with *constant inputs* when a converter needs an input to be a",
@@ -737,31 +730,13 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "",
         "## Totals",
         "",
-        "| cases | pass | converted | constant inputs | folded | pass-vs-onnxruntime | refused | wrong | crash |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| {sum(s.values())} | {s['pass']} | {tally.how.get('converted', 0)} | {tally.how.get('constant inputs', 0)} "
-        f"| {tally.how.get('folded', 0)} | {s['pass-vs-onnxruntime']} | {s['refused']} | {s['wrong']} | {s['crash']} |",
+        *_totals(tally),
         "",
         "## Why cases are refused",
         "",
-        "| cause | cases |",
-        "|---|---|",
+        *markdown.table(("cause", "cases"), tally.causes.items()),
     ]
-    lines += [f"| {cause} | {n} |" for cause, n in tally.causes.items()]
-    bugs = [outcomes[c.name] for c in cases if outcomes[c.name].status in ("wrong", "crash")]
-    differ = [outcomes[c.name] for c in cases if outcomes[c.name].status == "pass-vs-onnxruntime"]
-    lines += ["", "## Where ONNX's reference and onnxruntime disagree (pass-vs-onnxruntime)", ""]
-    if differ:
-        lines += ["| case | op | ONNX's expected output vs torch2ms (= onnxruntime) |", "|---|---|---|"]
-        lines += [f"| {o.name} | {o.op_type} | {_cell(o.reason, 300)} |" for o in differ]
-    else:
-        lines.append("None.")
-    lines += ["", "## Wrong and crash", ""]
-    if bugs:
-        lines += ["| case | op | status | what happened |", "|---|---|---|---|"]
-        lines += [f"| {o.name} | {o.op_type} | {o.status} | {_cell(o.reason, 300)} |" for o in bugs]
-    else:
-        lines.append("None.")
+    lines += _disagreements_and_bugs([outcomes[c.name] for c in cases])
     lines += [
         "",
         "## Per op type",
@@ -769,12 +744,57 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
         "*converter*: yes (registered), refused (declared refused on purpose), no. *refusals*: the most common",
         "reasons, with their number of cases.",
         "",
-        "| op | converter | cases | pass | pass-vs-onnxruntime | refused | wrong | crash | refusals |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_per_op(cases, outcomes),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def _totals(tally: Tally) -> list[str]:
+    s, how = tally.status, tally.how
+    header = (
+        "cases",
+        "pass",
+        "converted",
+        "constant inputs",
+        "folded",
+        "pass-vs-onnxruntime",
+        "refused",
+        "wrong",
+        "crash",
+    )
+    row = (sum(s.values()), s["pass"], how.get("converted", 0), how.get("constant inputs", 0), how.get("folded", 0))
+    row += (s["pass-vs-onnxruntime"], s["refused"], s["wrong"], s["crash"])
+    return markdown.table(header, [row])
+
+
+def _disagreements_and_bugs(outs: list[Outcome]) -> list[str]:
+    bugs = [o for o in outs if o.status in ("wrong", "crash")]
+    differ = [o for o in outs if o.status == "pass-vs-onnxruntime"]
+    lines = ["", "## Where ONNX's reference and onnxruntime disagree (pass-vs-onnxruntime)", ""]
+    if differ:
+        header = ("case", "op", "ONNX's expected output vs torch2ms (= onnxruntime)")
+        lines += markdown.table(header, [(o.name, o.op_type, markdown.cell(o.reason, 300)) for o in differ])
+    else:
+        lines.append("None.")
+    lines += ["", "## Wrong and crash", ""]
+    if bugs:
+        header = ("case", "op", "status", "what happened")
+        lines += markdown.table(header, [(o.name, o.op_type, o.status, markdown.cell(o.reason, 300)) for o in bugs])
+    else:
+        lines.append("None.")
+    return lines
+
+
+def _per_op(cases: list[Case], outcomes: dict[str, Outcome]) -> list[str]:
+    """One row per op type: its converter, its cases by status, its most common refusals."""
+    from torch2ms.converters.registry import refusals, registrations
+
+    converted = {r.op_type for r in registrations() if not r.domain}
+    refused_ops = refusals()
     by_op: dict[str, list[Outcome]] = {}
     for c in cases:
         by_op.setdefault(c.op_type, []).append(outcomes[c.name])
+    rows = []
     for op in sorted(by_op, key=lambda k: ("." in k, k.lower())):
         outs = by_op[op]
         conv = "yes" if op in converted else "refused" if op in refused_ops else "no"
@@ -784,18 +804,18 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
             if o.status == "refused":
                 reasons[o.reason] = reasons.get(o.reason, 0) + 1
         top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        text = "; ".join(f"{_cell(r, 110)} ({k})" for r, k in top[:3]) + (
+        text = "; ".join(f"{markdown.cell(r, 110)} ({k})" for r, k in top[:3]) + (
             f"; {len(top) - 3} more" if len(top) > 3 else ""
         )
-        counts = " | ".join(str(n[st]) for st in STATUSES)
-        lines.append(f"| {op} | {conv} | {len(outs)} | {counts} | {_cell(text, 400) if text else ''} |")
-    return "\n".join(lines) + "\n"
+        rows.append((op, conv, len(outs), *(n[st] for st in STATUSES), markdown.cell(text, 400) if text else ""))
+    header = ("op", "converter", "cases", *STATUSES, "refusals")
+    return markdown.table(header, rows)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
-        from torch2ms import conformance  # the module by its name: outcomes pickle as torch2ms.conformance.Outcome
+        from torch2ms.tools import conformance  # by its name: outcomes pickle as torch2ms.tools.conformance.Outcome
 
         conformance.worker_main()
     else:
-        sys.exit("usage: python -m torch2ms.conformance --worker  (run cases with `torch2ms ops --conformance`)")
+        sys.exit("usage: python -m torch2ms.tools.conformance --worker  (run cases with `torch2ms ops --conformance`)")

@@ -1,0 +1,590 @@
+"""The INT8 plan: which Cube layers to keep in float on an Ascend board, and the files for its quantizers.
+
+**Method.** The recipe's ``quantize.calibration`` data (read through its ``preprocess``) calibrates
+one per-tensor range for every activation a Cube op (Conv, ConvTranspose, MatMul, Gemm) reads
+(``emulate.Calibrator``: min/max, a percentile of |x|, or TensorRT's entropy threshold). The
+``emulate.Int8Emulator`` runs the exported ONNX as a QDQ graph, every Cube node switchable between
+int8 and float, on the run's reference samples, against PyTorch's outputs. A plan meets the gate
+when the task agreement with PyTorch (top-1, pixel, or detection at box IoU >= 0.5) is at least
+``precision.int8_task_agreement`` and the worst output's ``max|a - r| / max|r|`` at most
+``precision.int8_rel_error``. The set kept in float is found by the fp16 plan's ``search.search``
+(group-wise bisection ranks the layers, the shortest ranked prefix kept in float that meets the gate,
+kept blocks tried in int8 again); the accepted plan is emulated as a whole on every sample, and
+those are the figures shipped. Every emulation is independent of the CPU (``emulate``), so the plan
+is the same on AVX2 and AVX-512 machines.
+
+**The files** (formats from the CANN and MindSpore Lite documentation and sources):
+
+* ``amct_quant.cfg``: AMCT's simplified post-training quantization config (text protobuf of
+  ``amct_onnx/proto/calibration_config_onnx.proto``, CANN AMCT docs "Simplified PTQ Configuration
+  File", atlasamct_16_0163): ``batch_num``, ``activation_offset: true`` (asymmetric activations, as
+  emulated), one ``skip_layers`` per layer kept in float (ONNX node names of ``model/model.onnx``),
+  ``common_config { arq_quantize { channel_wise } }``. It goes to ``amct_onnx.create_quant_config(...,
+  config_defination=...)`` (atlasamct_16_0153), whose fake-quant and deploy ONNX ATC compiles.
+* ``converter_lite.cfg`` for MindSpore Lite full quantization: ``[common_quant_param]
+  quant_type=FULL_QUANT, bit_num=8``; ``[data_preprocess_param] calibrate_path=<input>:<dir>,
+  calibrate_size, input_type=BIN``; ``[full_quant_param] activation_quant_method`` (MAX_MIN, KL,
+  REMOVAL_OUTLIER), ``bias_correction``, ``per_channel``, ``target_device=ASCEND`` (MindSpore Lite
+  docs, "Quantization", advanced/quantization.html; keys as parsed by converter_lite's
+  ``config_file_parser.cc``). Its ``skip_quant_node`` takes MindIR node names, which are not the
+  ONNX's, so the plan's float layers are not written there: converter_lite quantizes every layer
+  (the "all INT8" row), and ``precision.md`` says so.
+* ``calibration/<input>/NNNN.bin``: the calibration samples, preprocessed, float32 NCHW, raw.
+
+**Refused** with their reasons: INT8 with a dynamic batch (AMCT-quantized models cannot use ATC's
+dynamic batch profiles), and AIPP with ``dynamic_dims`` (ATC ``--insert_op_conf`` excludes
+``--dynamic_dims``: CANN ATC docs, atlasatcparam_16_0044).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from torch2ms.errors import RecipeError
+from torch2ms.package import emulate, search
+from torch2ms.package.emulate import Calibrator, Int8Emulator, calibration_tensors, emulation_metrics, json_error, sig
+from torch2ms.package.precision import NEGLIGIBLE, RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES
+from torch2ms.package.search import Verdict
+
+FIELD = "quantize.calibration"
+CALIBRATION_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+DETECTION_IOU = 0.5  # an INT8 box "agrees" at the IoU detection benchmarks count a hit at
+LITE_HEADER = (
+    "# MindSpore Lite full quantization of every Cube layer (converter_lite's skip_quant_node takes MindIR node\n"
+    "# names, not the plan's ONNX names): the 'all INT8' row of precision.md. converter_lite.sh uses it with\n"
+    "# CONVERTER_CONFIG=converter_lite_int8.cfg; converter_lite.cfg holds it too when all INT8 meets the gate.\n"
+)
+LITE_METHOD = {"minmax": "MAX_MIN", "entropy": "KL", "percentile": "REMOVAL_OUTLIER"}
+METHOD = (
+    "onnxruntime, every optimization off, one thread; a Cube node in int8 reads its activations through "
+    "QuantizeLinear -> DequantizeLinear (asymmetric, per tensor, calibrated) and its weight fake-quantized "
+    "(symmetric, per output channel); float accumulation; every other node in float32"
+)
+TABLE_ROWS = 30
+
+
+# --- calibration data ----------------------------------------------------------------------------
+
+
+def _files(recipe, entry: str) -> list[Path]:
+    if entry.startswith("skimage:"):
+        return [recipe.resolve_data(entry)]
+    path = recipe.resolve(entry)
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in CALIBRATION_SUFFIXES)
+        if not found:
+            raise RecipeError(
+                f"{FIELD}: {path}: the folder holds no images or .npy files",
+                hint=f"put calibration images ({', '.join(CALIBRATION_SUFFIXES[1:])}) or .npy samples in it",
+            )
+        return found
+    if not path.exists():
+        raise RecipeError(f"{FIELD}: {path}: no such file or folder")
+    if path.suffix.lower() not in CALIBRATION_SUFFIXES:
+        raise RecipeError(f"{FIELD}: {path}: not an image or a .npy file")
+    return [path]
+
+
+def _npy(path: Path, shape: tuple[int, ...]) -> list[np.ndarray]:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"{FIELD}: {path}: cannot read it as .npy ({err})") from None
+    if arr.dtype.kind not in "biuf":
+        raise RecipeError(f"{FIELD}: {path}: holds {arr.dtype} values, not numbers")
+    if tuple(arr.shape) == tuple(shape):
+        stack = [arr]
+    elif arr.ndim == len(shape) and tuple(arr.shape[1:]) == tuple(shape[1:]) and arr.shape[0] % shape[0] == 0:
+        stack = [arr[k : k + shape[0]] for k in range(0, arr.shape[0], shape[0])]
+    else:
+        raise RecipeError(
+            f"{FIELD}: {path}: shape {list(arr.shape)} is neither the input's {list(shape)} nor a stack of it "
+            f"along dimension 0 (a multiple of {shape[0]})"
+        )
+    out = [a.astype(np.float32) for a in stack]
+    if not all(np.isfinite(a).all() for a in out):
+        raise RecipeError(f"{FIELD}: {path}: holds NaN or infinite values")
+    return out
+
+
+def calibration_samples(recipe, log: Callable = print) -> tuple[list[dict[str, np.ndarray]], list[str]]:
+    """The first ``quantize.samples`` calibration samples, and the files they came from. Every
+    problem names the file and why; nothing is read past the samples needed."""
+    from torch2ms.postprocess.image import image_sample
+
+    q = recipe.quantize
+    if q is None:
+        raise RecipeError(
+            f"{FIELD}: the recipe has no quantize section; INT8 needs calibration data",
+            hint="add quantize: {calibration: <folder of images or .npy>} (e.g. 32 images like the model's inputs)",
+        )
+    if len(recipe.inputs) != 1 or recipe.inputs[0].dtype != "float32":
+        raise RecipeError(
+            f"{FIELD}: INT8 calibration takes one float32 input; this recipe has "
+            + ", ".join(f"{i.name} ({i.dtype})" for i in recipe.inputs)
+        )
+    spec = recipe.inputs[0]
+    samples, sources = [], []
+    for entry in q.entries():
+        for path in _files(recipe, entry):
+            if len(samples) >= q.samples:
+                break
+            if path.suffix.lower() == ".npy":
+                arrays = _npy(path, spec.shape)
+            else:
+                try:
+                    arrays = [image_sample(path, spec.shape, recipe, FIELD)]
+                except RecipeError as err:  # load_rgb names the file, not the field
+                    msg = err.args[0]
+                    raise RecipeError(msg if msg.startswith(FIELD) else f"{FIELD}: {msg}") from None
+            for a in arrays[: q.samples - len(samples)]:
+                samples.append({spec.name: a})
+                sources.append(str(path))
+    if len(samples) < q.samples:
+        log(f"int8: {len(samples)} calibration sample(s) found, quantize.samples asks {q.samples}: using those")
+    return samples, sources
+
+
+def samples_digest(samples: list[dict]) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        for k, v in sorted(s.items()):
+            h.update(k.encode() + str(v.shape).encode() + np.ascontiguousarray(v).tobytes())
+    return h.hexdigest()
+
+
+# --- the gate ------------------------------------------------------------------------------------
+
+
+def _box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
+    inter = np.clip(rb - lt, 0, None).prod(-1)
+    area = lambda x: np.clip(x[:, 2] - x[:, 0], 0, None) * np.clip(x[:, 3] - x[:, 1], 0, None)  # noqa: E731
+    return inter / np.maximum(area(a)[:, None] + area(b)[None] - inter, 1e-12)
+
+
+def _image(outputs: dict, b: int) -> dict:
+    return {k: v[b : b + 1] for k, v in outputs.items()}
+
+
+def detection_agreement(recipe, outputs: list[dict], reference: list[dict]) -> dict:
+    """PyTorch's detections found again in the INT8 outputs: same class, box IoU >= 0.5, greedy in
+    PyTorch's order, at the confidence threshold the detection task chooses per image
+    (``tasks.detection``); extra INT8 boxes count against it."""
+    from torch2ms.postprocess import yolo
+    from torch2ms.tasks.detection import params_of
+
+    params = params_of(recipe)
+    head = params.get("output") or next(iter(reference[0]))
+    total = matched = extra = 0
+    for got_out, ref_out in zip(outputs, reference):
+        for b in range(ref_out[head].shape[0]):
+            conf, _, _ = yolo.choose_conf(ref_out[head][b : b + 1], params)
+            ref = yolo.detect(_image(ref_out, b), params, conf=conf)[0]
+            got = yolo.detect(_image(got_out, b), params, conf=conf)[0]
+            ious = _box_iou(np.asarray(ref["boxes"]).reshape(-1, 4), np.asarray(got["boxes"]).reshape(-1, 4))
+            free = np.ones(len(got["boxes"]), bool)
+            for i in range(len(ref["boxes"])):
+                cand = np.where((got["classes"] == ref["classes"][i]) & free, ious[i], -1.0)
+                j = int(np.argmax(cand)) if len(cand) else -1
+                if j >= 0 and cand[j] >= DETECTION_IOU:
+                    free[j] = False
+                    matched += 1
+            total += len(ref["boxes"])
+            extra += int(free.sum())
+    agreement = matched / (total + extra) if total + extra else 1.0
+    return {"metric": f"detection agreement (box IoU >= {DETECTION_IOU})", "agreement": round(agreement, 6)}
+
+
+def task_figure(recipe, outputs: list[dict], reference: list[dict]) -> dict | None:
+    if recipe.task == "detection" and recipe.postprocess.kind != "obb":  # obb: rotated boxes, the task's own IoU
+        return detection_agreement(recipe, outputs, reference)
+    from torch2ms.tasks import task_for
+
+    t = task_for(recipe)
+    r = t.measure(recipe, outputs, reference) if t else None
+    return None if r is None else {"metric": r.metric, "agreement": round(r.agreement, 6)}
+
+
+def judge(recipe, outputs: list[dict], reference: list[dict]) -> dict:
+    """INT8 outputs against PyTorch's: per output metrics, the worst rel error, the task figure, the
+    gate, and ``score``: how far past the gate, as a fraction of it (<= 1 meets it)."""
+    metrics = emulation_metrics(outputs, reference)
+    error = max((json_error(m["rel_error"]) for m in metrics.values()), default=0.0)
+    task = task_figure(recipe, outputs, reference)
+    p = recipe.precision
+    score = error / p.int8_rel_error if math.isfinite(error) else math.inf
+    if task is not None:
+        allowed = max(1.0 - p.int8_task_agreement, 1e-6)
+        score = max(score, (1.0 - task["agreement"]) / allowed)
+    return {
+        "error": error if math.isfinite(error) else "inf",
+        "metrics": metrics,
+        "task": task,
+        "score": sig(score) if math.isfinite(score) else "inf",
+        "ok": bool(score <= 1.0),
+    }
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+def calibrate(recipe, onnx_path: Path, calib: list[dict]) -> dict[str, tuple[float, float]]:
+    q = recipe.quantize
+    cal = Calibrator(onnx_path, calibration_tensors(onnx_path, q.per_channel))
+    cal.observe(calib, histograms=q.method != "minmax")
+    return cal.ranges(q.method, q.percentile)
+
+
+def make_plan(
+    recipe,
+    onnx_path: Path,
+    inputs: list[dict],
+    reference: list[dict],
+    calib: list[dict],
+    log: Callable = print,
+    exhaustive: bool = False,
+    emulator: Int8Emulator | None = None,
+) -> dict:
+    """The fewest Cube layers kept in float for the INT8 gate (module docstring)."""
+    t0 = time.perf_counter()
+    q = recipe.quantize
+    emu = emulator or Int8Emulator(
+        onnx_path, inputs, list(reference[0]), calibrate(recipe, onnx_path, calib), q.per_channel
+    )
+    runs0 = emu.runs
+    n = len(emu.names)
+    if n == 0:
+        raise RecipeError(
+            "precision: the model has no Cube op (Conv, ConvTranspose, MatMul, Gemm) to run in INT8",
+            hint="package with --precision fp16",
+        )
+
+    def emulate_on(samples: int) -> Callable[[frozenset[int]], Verdict]:
+        def evaluate(low: frozenset[int]) -> Verdict:
+            j = judge(recipe, emu.run(int8=sorted(low), samples=samples), reference[:samples])
+            return Verdict(j["ok"], json_error(j["score"]), j)
+
+        return evaluate
+
+    floating = judge(recipe, emu.run(int8=[]), reference)
+    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate_on(SCREEN_SAMPLES)
+    try:
+        found = search.search(
+            n,
+            emulate_on(len(reference)),
+            screen,
+            rank_budget=RANK_BUDGET,
+            release_budget=RELEASE_BUDGET,
+            negligible=NEGLIGIBLE,
+            exhaustive=exhaustive,
+        )
+    except search.Unreachable as err:
+        d = err.verdict.detail
+        raise RecipeError(
+            f"precision.int8_task_agreement / precision.int8_rel_error: even with every layer in float the emulated "
+            f"outputs miss the gate (rel error {d['error']}"
+            + (f", {d['task']['metric']} {d['task']['agreement']}" if d["task"] else "")
+            + ")",
+            hint="loosen precision.int8_rel_error or precision.int8_task_agreement, or package with --precision fp16",
+        ) from None
+    before, after = found.before.detail, found.verdict.detail
+    keep = set(found.keep)
+    total = sum(emu.macs) or 1
+    share = sum(m for i, m in enumerate(emu.macs) if i not in keep) / total
+    log(f"int8 plan: {n} Cube layers; all in INT8: {_summary(before)}")
+    log(
+        f"int8 plan: {len(keep)} layer(s) kept in float, {share:.1%} of MACs in INT8: {_summary(after)} "
+        f"({found.evaluated} emulations + {found.screened} to rank)"
+    )
+    sens = []
+    for b in found.blocks:
+        measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
+        for i in b.members():
+            sens.append(
+                {
+                    "label": emu.labels[i],
+                    "name": emu.names[i],
+                    "op": emu.op_types[i],
+                    "macs": emu.macs[i],
+                    "score": sig(b.score) if math.isfinite(b.score) else "inf",
+                    "measured": measured,
+                }
+            )
+    by_label = {s["label"]: s for s in sens}
+    return {
+        "method": METHOD,
+        "calibration": {
+            "method": q.method,
+            "percentile": q.percentile if q.method == "percentile" else None,
+            "per_channel": q.per_channel,
+            "samples": len(calib),
+        },
+        "search": {
+            "how": "exhaustive: every layer alone" if exhaustive else precision_search(),
+            "emulations": found.evaluated,
+            "screening_emulations": found.screened,
+            "steps": found.steps,
+            "blocks": len(found.blocks),
+        },
+        "bound": {"task_agreement": recipe.precision.int8_task_agreement, "rel_error": recipe.precision.int8_rel_error},
+        "samples": len(inputs),
+        "layers": n,
+        "macs": int(sum(emu.macs)),
+        "mac_share_int8": round(share, 4),
+        "mac_share_all_int8": 1.0,
+        "float": floating,
+        "before": before,
+        "after": after,
+        "keep_float": [by_label[emu.labels[i]] for i in found.keep],  # every kept layer was ranked
+        "layers_int8": [emu.labels[i] for i in range(n) if i not in keep],
+        "sensitivity": sens,
+        "activation_ranges": {t: [sig(s, 6), z] for t, (s, z) in sorted(emu.qparams.items())},
+        "emulations": emu.runs - runs0,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def precision_search() -> str:
+    from torch2ms.package.precision import SEARCH
+
+    return SEARCH.replace("fp32", "float").replace("fp16", "int8")
+
+
+def _summary(j: dict) -> str:
+    task = f", {j['task']['metric']} {j['task']['agreement']:.4f}" if j["task"] else ""
+    return f"rel error {j['error']}{task}"
+
+
+def plan_key(recipe, onnx_path: Path, ref_path: Path, calib: list[dict]) -> str:
+    from torch2ms.pipeline.runner import source_hash
+    from torch2ms.pipeline.workspace import sha256_file
+
+    payload = {
+        "onnx": sha256_file(onnx_path),
+        "reference": sha256_file(ref_path),
+        "calibration": samples_digest(calib),
+        "quantize": recipe.quantize.model_dump(mode="json"),
+        "bound": [recipe.precision.int8_task_agreement, recipe.precision.int8_rel_error],
+        "task": recipe.task,
+        "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
+        "source": source_hash(),
+        "code": [sha256_file(Path(m.__file__)) for m in (search, emulate)] + [sha256_file(Path(__file__))],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def cached_plan(recipe, run_root: Path, onnx_path: Path, ref_path: Path, log: Callable = print) -> tuple[dict, list]:
+    """The plan for this run (from ``<run>/precision/int8_plan.json`` when up to date) and the
+    calibration samples. Bad calibration data fails here, before anything is written."""
+    from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
+
+    calib, sources = calibration_samples(recipe, log)
+    key = plan_key(recipe, onnx_path, ref_path, calib)
+    path = run_root / "precision" / "int8_plan.json"
+    if path.is_file():
+        try:
+            plan = json.loads(path.read_text())
+            if plan.get("key") == key:
+                log(f"int8 plan: up to date ({path})")
+                return plan, calib
+        except (OSError, json.JSONDecodeError):
+            pass
+    inputs, reference = split_reference(load_npz(ref_path))
+    plan = {"key": key, **make_plan(recipe, onnx_path, inputs, reference, calib, log)}
+    plan["calibration"]["sources"] = sorted({Path(s).name for s in sources})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, plan)
+    return plan, calib
+
+
+# --- refusals and the files for the board tools --------------------------------------------------
+
+
+def refuse_limits(recipe, is_image: bool) -> None:
+    """The documented limits of INT8 on the board, refused before anything is written."""
+    sizes = recipe.batch_sizes()
+    if not sizes:
+        return
+    reasons = [
+        f"inputs[].batch {list(sizes)}: an INT8 (AMCT-quantized) model cannot be compiled with ATC dynamic batch "
+        "profiles (--dynamic_batch_size)"
+    ]
+    if is_image:
+        reasons.append(
+            "and the image input's AIPP (--insert_op_conf) cannot be combined with --dynamic_dims, the other "
+            "dynamic-shape route (CANN ATC docs, --insert_op_conf)"
+        )
+    raise RecipeError(
+        "--precision int8: " + "; ".join(reasons),
+        hint="package INT8 at one batch size (remove inputs[].batch), or package this recipe with --precision fp16",
+    )
+
+
+def amct_config(plan: dict, batches: int) -> str:
+    """AMCT's simplified PTQ config (calibration_config_onnx.proto, text format)."""
+    lines = [
+        "# AMCT simplified post-training quantization config, written by torch2ms from the INT8 plan (precision.md).",
+        "# amct_onnx.create_quant_config(config_file, model_file, config_defination='amct_quant.cfg')",
+        f"batch_num: {batches}",
+        "activation_offset: true",
+    ]
+    lines += [f'skip_layers: "{k["name"]}"' for k in plan["keep_float"] if k["name"]]
+    lines += [
+        "common_config {",
+        "  arq_quantize {",
+        f"    channel_wise: {'true' if plan['calibration']['per_channel'] else 'false'}",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def converter_lite_sections(plan: dict, input_name: str, samples: int) -> dict[str, dict[str, str]]:
+    return {
+        "common_quant_param": {"quant_type": "FULL_QUANT", "bit_num": "8"},
+        "data_preprocess_param": {
+            "calibrate_path": f"{input_name}:../../calibration/{input_name}",
+            "calibrate_size": str(samples),
+            "input_type": "BIN",
+        },
+        "full_quant_param": {
+            "activation_quant_method": LITE_METHOD[plan["calibration"]["method"]],
+            "bias_correction": "true",
+            "per_channel": "true" if plan["calibration"]["per_channel"] else "false",
+            "target_device": "ASCEND",
+        },
+    }
+
+
+def calibration_files(calib: list[dict]) -> dict[str, bytes]:
+    """``calibration/<input>/NNNN.bin``: raw float32 in the input's shape (converter_lite input_type=BIN)."""
+    return {
+        f"calibration/{name}/{k:04d}.bin": np.ascontiguousarray(a, np.float32).tobytes()
+        for k, s in enumerate(calib)
+        for name, a in s.items()
+    }
+
+
+def unnamed(plan: dict) -> list[str]:
+    return [k["label"] for k in plan["keep_float"] if not k["name"]]
+
+
+def _fmt(v) -> str:
+    return v if isinstance(v, str) else f"{v:.3g}"
+
+
+def plan_markdown(plan: dict, model: str) -> str:
+    b, a, f = plan["before"], plan["after"], plan["float"]
+    bound = plan["bound"]
+    cal = plan["calibration"]
+    n, k = plan["layers"], len(plan["keep_float"])
+
+    def row(label: str, m: dict, kept: int, share: float) -> str:
+        task = f"{m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else "-"
+        return f"| {label} | {n - kept} / {n} | {share:.1%} | {_fmt(json_error(m['error']))} | {task} |"
+
+    lines = [
+        f"# INT8 plan: {model}",
+        "",
+        f"Gate: task agreement with PyTorch >= {bound['task_agreement']} (`precision.int8_task_agreement`) and rel "
+        f"error <= {bound['rel_error']:g} on every output (`precision.int8_rel_error`). Calibration: {cal['method']}"
+        + (f" ({cal['percentile']} percentile of |x|)" if cal.get("percentile") else "")
+        + f" on {cal['samples']} sample(s), weights {'per channel' if cal['per_channel'] else 'per tensor'}. "
+        f"Emulation: {plan['method']}; {plan['samples']} reference sample(s), {plan['emulations']} emulated runs, "
+        f"{plan['seconds']} s.",
+        "",
+        f"Search: {plan['search']['how']}.",
+        "",
+        "| | Cube layers in INT8 | MACs in INT8 | rel error | task |",
+        "|---|---|---|---|---|",
+        row("fp32 (onnxruntime)", f, n, 0.0),
+        row("all INT8", b, 0, 1.0),
+        row("INT8 with the plan", a, k, plan["mac_share_int8"]),
+        "",
+    ]
+    if not k:
+        lines += ["Every Cube layer may run in INT8: `amct_quant.cfg` skips none.", ""]
+    else:
+        lines += ["## Kept in float", ""]
+        lines += [
+            f"- `{x['label']}` ({x['op']}, {x['macs']:,} MACs), score alone in INT8 {x['score']} ({x['measured']})"
+            for x in plan["keep_float"]
+        ]
+        if unnamed(plan):
+            lines += ["", "Unnamed ONNX nodes cannot go in skip_layers: " + ", ".join(unnamed(plan))]
+        lines.append("")
+    lines += [
+        "## For the board",
+        "",
+        "- ATC path: `targets/<board>/amct_quant.cfg` lists the float layers as AMCT `skip_layers` (ONNX node names "
+        "of `model/model.onnx`); calibrate with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
+        "- MindSpore Lite path: `converter_lite_int8.cfg` runs full quantization on `calibration/` "
+        f"(`activation_quant_method={LITE_METHOD[cal['method']]}`, `target_device=ASCEND`). Its `skip_quant_node` "
+        "takes MindIR node names, which are not the plan's ONNX names, so it quantizes every layer: expect the "
+        "'all INT8' row. "
+        + (
+            "All INT8 meets the gate, so `converter_lite.cfg` holds the same settings."
+            if b["ok"]
+            else "All INT8 misses the gate, so `converter_lite.cfg` stays fp16 "
+            "(`CONVERTER_CONFIG=converter_lite_int8.cfg sh converter_lite.sh` to quantize anyway)."
+        ),
+        "- Dynamic batch is refused for INT8 (AMCT-quantized models cannot use ATC dynamic batch).",
+        "",
+    ]
+    rows = plan["sensitivity"][:TABLE_ROWS]
+    lines += ["## Sensitivity: the gate score with one layer (or block) alone in INT8", ""]
+    if not rows:
+        lines += ["Not measured: with every layer in INT8 the outputs already meet the gate."]
+    else:
+        lines += [
+            "score = max(rel error / bound, (1 - task agreement) / (1 - gate)); a block never split shares its",
+            "score divided by the square root of its size.",
+            "",
+            "| layer | op | MACs | score | measured | kept |",
+            "|---|---|---|---|---|---|",
+        ]
+        kept = {x["label"] for x in plan["keep_float"]}
+        lines += [
+            f"| `{s['label']}` | {s['op']} | {s['macs']:,} | {s['score']} | {s['measured']} | "
+            f"{'float' if s['label'] in kept else ''} |"
+            for s in rows
+        ]
+        if len(plan["sensitivity"]) > TABLE_ROWS:
+            lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | | |")
+    lines += [
+        "",
+        "The emulation rounds activations and weights like the board's int8 Cube unit and accumulates in float; the",
+        "board accumulates in int32 (exact) and requantizes, and AMCT's IFMR may choose slightly different ranges.",
+        "Check on the board with `infer.py --self-check`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def summary(plan: dict) -> dict:
+    """The plan's figures for manifest.json."""
+    return {
+        "bound": plan["bound"],
+        "calibration": {k: v for k, v in plan["calibration"].items() if k != "sources"},
+        "layers": plan["layers"],
+        "keep_float": [k["label"] for k in plan["keep_float"]],
+        "mac_share_int8": plan["mac_share_int8"],
+        "task_fp32": plan["float"]["task"],
+        "task_all_int8": plan["before"]["task"],
+        "task_with_plan": plan["after"]["task"],
+        "rel_error_all_int8": plan["before"]["error"],
+        "rel_error_with_plan": plan["after"]["error"],
+    }
+
+
+def precision_json(plan: dict) -> str:
+    return json.dumps({k: v for k, v in plan.items() if k not in ("key", "seconds")}, indent=2) + "\n"
