@@ -19,6 +19,7 @@ import numpy as np
 
 from torch2ms import __version__
 from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge
+from torch2ms.codegen.generated import GeneratedNetwork
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
@@ -54,21 +55,6 @@ class Statement:
     targets: list[str]
     expr: str
     node: Node
-
-
-@dataclass
-class GeneratedNetwork:
-    source: str
-    class_name: str
-    params: dict[str, np.ndarray]
-    tensor_map: list[dict]
-    layer_counts: dict[str, int]
-    # the input whose dimension 0 every batch-carrying size follows (None: the code has no batch size in it)
-    batch_source: str | None = None
-    batch_note: str | None = None  # why the code keeps the batch as a number (it could not follow the input)
-    layout: dict = field(default_factory=lambda: {"layout": "flat"})  # how the code is laid out (modules.py)
-    # checkpoint parameter -> the ONNX nodes it was made for (what weight_map.json reports)
-    param_origin: dict[str, list[str]] = field(default_factory=dict)
 
 
 class CodeBuilder:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torch2ms.codegen.generated import GeneratedNetwork
 from torch2ms.converters.api import MS_DTYPES, literal
 from torch2ms.graph.names import Namer, module_path, snake
 
@@ -837,8 +838,6 @@ class ModuleLayout:
 
     # --- the file ---
     def render_file(self, header: str):
-        from torch2ms.codegen.builder import GeneratedNetwork
-
         b = self.b
         root = self.tree()
         self.settle(root)
