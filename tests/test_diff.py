@@ -96,15 +96,15 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
     stage_dir = result.root / "rebuild"
     network = stage_dir / "network.py"
     line = line_of(network, "add = ")
-    assert network.read_text().splitlines()[line - 1].strip() == "add = proj_0 - stem_0"
+    assert network.read_text().splitlines()[line - 1].strip() == "add = proj - stem"
 
     diff = json.loads((stage_dir / "diff.json").read_text())
     first = assert_localized(diff, "/Add", line)
-    assert first["op"] == "Add" and first["code"] == "add = proj_0 - stem_0" and first["file"] == str(network)
+    assert first["op"] == "Add" and first["code"] == "add = proj - stem" and first["file"] == str(network)
     assert first["tensor"] == onnx_node(result.root / "export" / "model.onnx", "/Add").output[0]
     assert first["onnx_nodes"] == [{"node": "/Add", "op": "Add", "attributes": {}}]
     # the failure names the node and its line; diff.md is part of the stage's artifacts
-    assert f"first diverging node: Add '/Add' at {network}:{line} (add = proj_0 - stem_0)" in status["rebuild"].reason
+    assert f"first diverging node: Add '/Add' at {network}:{line} (add = proj - stem)" in status["rebuild"].reason
     record = json.loads((stage_dir / "stage.json").read_text())
     assert (
         record["status"] == "failed"
@@ -130,7 +130,7 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
         "rebuild: 10 tensors of the generated code compared with onnxruntime on 2 sample(s)" in r.stdout
     )  # --stage defaults to the failed one
     assert re.search(r"first diverging node: Add /Add \(computes '.*Add_output_0'\)", r.stdout), r.stdout
-    assert f"  code:   {network}:{line}\n          add = proj_0 - stem_0\n" in r.stdout, r.stdout
+    assert f"  code:   {network}:{line}\n          add = proj - stem\n" in r.stdout, r.stdout
     assert "after it: 6 more tensor(s) out of tolerance, inherited" in r.stdout
     assert json.loads((stage_dir / "diff.json").read_text())["first"]["line"] == line
 
@@ -152,7 +152,7 @@ def test_wrong_folded_bias_is_localized_to_that_conv_in_the_fold_stage(tmp_path,
     assert status["rebuild"] == "passed" and status["fold"] == "failed", status
     network = result.root / "fold" / "network.py"
     diff = json.loads((result.root / "fold" / "diff.json").read_text())
-    first = assert_localized(diff, "/block/block.0/Conv", line_of(network, "block_0 = self.block_0("))
+    first = assert_localized(diff, "/block/block.0/Conv", line_of(network, "block = self.block("))
     assert first["op"] == "ConvBnAct" and first["origin"] == [
         "/block/block.0/Conv",
         "/block/block.1/BatchNormalization",
@@ -255,11 +255,11 @@ def test_tensor_map_lines_and_inputs(good_run):
 def test_probe_changes_only_the_return_line(good_run):
     _, root = good_run
     source = (root / "fold" / "network.py").read_text()
-    probe = probe_source(source, ["stem_0", "add", "head"])
+    probe = probe_source(source, ["stem", "add", "head"])
     old, new = source.splitlines(), probe.splitlines()
     changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
     assert len(old) == len(new) and len(changed) == 1
-    assert old[changed[0]] == "        return head" and new[changed[0]] == "        return (stem_0, add, head,)"
+    assert old[changed[0]] == "        return head" and new[changed[0]] == "        return (stem, add, head,)"
     assert statement_lines(probe) == statement_lines(source)
 
 

@@ -45,24 +45,28 @@ def convert_graph(
     recipe_name: str,
     batch: BatchVariant | None = None,
     batch_required: bool = False,
+    layout: str = "flat",
+    modules: dict[str, str] | None = None,
 ) -> GeneratedNetwork:
     """Analyse every node, then generate code; raises UnsupportedOpsError listing all problems.
 
     With ``batch`` (the graph at a second batch size) the sizes that carry the batch are written
     in terms of the input's (``torch2ms.codegen.batch``). Where that is impossible the code keeps
-    static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error."""
+    static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error.
+    ``layout``: ``flat`` or ``modules`` (``torch2ms.codegen.modules``; ``modules`` maps module
+    paths to PyTorch class names)."""
     problems = analyse(graph)
     if problems:
         raise UnsupportedOpsError(format_problems(problems, source, graph.opset), problems)
     header = header_for(class_name, source, sha, graph.opset, recipe_name, CONVENTIONS)
     if batch is None:
-        return CodeBuilder(graph, class_name).build(header)
+        return CodeBuilder(graph, class_name).build(header, layout, modules)
     try:
-        return CodeBuilder(graph, class_name, batch).build(header)
+        return CodeBuilder(graph, class_name, batch).build(header, layout, modules)
     except BatchDependent as err:
         if batch_required:
             raise batch_error(source, str(err)) from None
-        net = CodeBuilder(graph, class_name).build(header)
+        net = CodeBuilder(graph, class_name).build(header, layout, modules)
         net.batch_note = str(err)
         return net
 
@@ -99,14 +103,19 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
     return BatchVariant(second, first, other, batched[0].name), None
 
 
-def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
-    """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
-    tensor_map.json + conversion.json, then built and run on the reference inputs in PyNative."""
-    from torch2ms.pipeline.stage import StageOutput
-    from torch2ms.pipeline.workspace import atomic_write_text, sha256_file, write_json
-    from torch2ms.runtime import msutil
+def module_record(ctx) -> dict:
+    """The export stage's modules.json (module classes, state_dict hashes); empty for an ONNX source."""
+    import json
 
-    onnx_path = ctx.artifact("model.onnx")
+    path = ctx.stage_dir("export") / "modules.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
+    """``onnx_path`` through ``passes`` into generated code: (graph, passes fired, network, why the
+    batch is static). ``sha``: the source hash the header names (default: ``onnx_path``'s)."""
+    from torch2ms.pipeline.workspace import sha256_file
+
     graph = ctx.onnx_graph(onnx_path)
     fired = run_passes(graph, passes)
     batch, note = batch_variant(ctx, onnx_path, graph, passes)
@@ -114,11 +123,30 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         graph,
         class_name_for(ctx.recipe.name),
         "model.onnx",
-        sha256_file(onnx_path),
+        sha or sha256_file(onnx_path),
         ctx.recipe.name,
         batch,
         batch_required=ctx.recipe.batch_sizes() is not None,
+        layout=ctx.recipe.rebuild.layout,
+        modules=module_record(ctx).get("modules", {}),
     )
+    return graph, fired, net, note
+
+
+def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
+    """The recipe's ONNX through ``passes`` into ``out``/network.py + network.ckpt +
+    tensor_map.json + conversion.json (+ weight_map.json when the export recorded the state_dict),
+    then built and run on the reference inputs in PyNative."""
+    from torch2ms.codegen.weight_map import weight_map
+    from torch2ms.pipeline.stage import StageOutput
+    from torch2ms.pipeline.workspace import atomic_write_text, write_json
+    from torch2ms.runtime import msutil
+
+    onnx_path = ctx.artifact("model.onnx")
+    graph, fired, net, note = generate(ctx, onnx_path, passes)
+    record = module_record(ctx)
+    if record.get("state_dict"):
+        write_json(out / "weight_map.json", weight_map(onnx_path, record, net.params, net.param_origin))
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     atomic_write_text(out / "network.py", net.source)
@@ -148,6 +176,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "parameters": n_params,
         # whether the code follows the input's batch (`batch = x.shape[0]`), or why it keeps static sizes
         "batch": {"follows_input": net.batch_source, "static_because": note or net.batch_note},
+        # modules layout: the classes made, the modules kept inline in their parent and why
+        "layout": net.layout,
     }
     write_json(out / "conversion.json", counts)
     return StageOutput(outputs, counts=counts)

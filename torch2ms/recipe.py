@@ -225,6 +225,11 @@ class ExportSpec(_Strict):
 
 class RebuildSpec(_Strict):
     fuse_conv_bn_act: bool = True
+    layout: Literal["modules", "flat"] = Field(
+        default="modules",
+        description="modules: network.py mirrors the PyTorch module tree (a class per module structure, "
+        "PyTorch's parameter names); flat: one class, one statement per node",
+    )
 
 
 class FoldSpec(_Strict):

@@ -19,6 +19,7 @@ import numpy as np
 
 from torch2ms import __version__
 from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge
+from torch2ms.codegen.generated import GeneratedNetwork
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
@@ -56,18 +57,6 @@ class Statement:
     node: Node
 
 
-@dataclass
-class GeneratedNetwork:
-    source: str
-    class_name: str
-    params: dict[str, np.ndarray]
-    tensor_map: list[dict]
-    layer_counts: dict[str, int]
-    # the input whose dimension 0 every batch-carrying size follows (None: the code has no batch size in it)
-    batch_source: str | None = None
-    batch_note: str | None = None  # why the code keeps the batch as a number (it could not follow the input)
-
-
 class CodeBuilder:
     """Generates one ``nn.Cell`` from a graph; the ``Sink`` its converters' emitters write into."""
 
@@ -80,6 +69,9 @@ class CodeBuilder:
         self.attr_names = Namer()
         self.var_names = Namer()
         self.layers: list[tuple[str, Call]] = []
+        self.layer_params: dict[str, list[str]] = {}  # layer attribute -> its parameters' names
+        self.param_origin: dict[str, list[str]] = {}  # parameter -> the ONNX nodes it was made for
+        self.node: Node | None = None  # the node being converted
         self.tensors: list[tuple[str, Value]] = []
         self.tensor_of: dict[str, str] = {}
         self.params: dict[str, np.ndarray] = {}
@@ -106,8 +98,10 @@ class CodeBuilder:
     def add_layer(self, node: Node, callee: str, args: tuple, kwargs: dict, params: dict[str, np.ndarray]) -> str:
         name = self.layer_attr(node)
         self.layers.append((name, Call(callee, args, kwargs)))
+        self.layer_params[name] = list(params)
         for pname, arr in params.items():
             self.params[f"{name}.{pname}"] = np.ascontiguousarray(arr)
+            self.param_origin[f"{name}.{pname}"] = list(node.origin)
         return name
 
     def tensor(self, array: np.ndarray, hint: str) -> str:
@@ -136,6 +130,7 @@ class CodeBuilder:
             self.tensor_of[key] = name
             self.tensors.append((name, Value(name, tuple(array.shape), array.dtype, array)))
             self.params[name] = np.ascontiguousarray(array)
+            self.param_origin[name] = list(self.node.origin) if self.node is not None else []
         return self.tensor_of[key]
 
     def const_expr(self, v: Value) -> str:
@@ -145,6 +140,7 @@ class CodeBuilder:
 
     # --- conversion ---
     def emit_node(self, node: Node) -> None:
+        self.node = node
         reg = lookup(node.op_type, self.graph.opset, node.domain)
         if reg is None:
             raise Unsupported("no converter")
@@ -182,7 +178,9 @@ class CodeBuilder:
         self.batch_used |= used
         return em, expr
 
-    def build(self, header: str) -> GeneratedNetwork:
+    def build(self, header: str, layout: str = "flat", modules: dict[str, str] | None = None) -> GeneratedNetwork:
+        """The code for the graph: one flat class, or (``layout="modules"``) one class per PyTorch
+        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class)."""
         for node in self.graph.nodes:
             self.emit_node(node)
         # An output the loader folded into a constant (a model returning a Shape) is returned
@@ -196,6 +194,15 @@ class CodeBuilder:
                 first, other = self.graph.values[o].const, self.batch.graph.values[o].const
                 if first is not None and (other is None or not np.array_equal(first, other)):
                     raise BatchDependent(f"output {o!r} is a constant that depends on the batch")
+        if layout == "modules":
+            from torch2ms.codegen.modules import ModuleLayout
+
+            try:
+                return ModuleLayout(self, modules or {}).render_file(header)
+            except Exception as err:  # noqa: BLE001 - a grouping bug must not cost the conversion: flat, and say why
+                net = self.render(header)
+                net.layout = {"layout": "flat", "modules_failed": f"{type(err).__name__}: {err}"}
+                return net
         return self.render(header)
 
     def render(self, header: str) -> GeneratedNetwork:
@@ -273,9 +280,11 @@ class CodeBuilder:
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
         source = self.batch.source if self.batch_used else None
-        return GeneratedNetwork(
+        net = GeneratedNetwork(
             "\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source
         )
+        net.param_origin = self.param_origin
+        return net
 
 
 def class_name_for(name: str) -> str:

@@ -84,10 +84,17 @@ class TensorDiff:
     problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
     local: OutputMetrics | None = None  # computed from onnxruntime's inputs (the replay)
     local_problem: str = ""  # the local error's violation of LOCAL_SHARE x the tolerance
+    module: str | None = None  # modules layout: the PyTorch module path of the instance, and its class
+    cls: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problem
+
+    @property
+    def where(self) -> str:
+        """`` in Bottleneck.construct (backbone.layer3.5)`` inside a module class, else nothing."""
+        return f" in {self.cls}.construct ({self.module})" if self.cls and self.module else ""
 
     def to_dict(self) -> dict:
         return {
@@ -103,6 +110,7 @@ class TensorDiff:
             "metrics": self.metrics.to_dict() if self.metrics else None,
             "local": self.local.to_dict() if self.local else None,
             "local_problem": self.local_problem,
+            **({"module": self.module, "class": self.cls} if self.cls else {}),
         }
 
 
@@ -159,7 +167,7 @@ class DiffReport:
         return [t for t in self.tensors if not t.ok and t is not self.first]
 
     def location(self) -> str:
-        return f"{self.code_file}:{self.first.line}" if self.first else ""
+        return f"{self.code_file}:{self.first.line}{self.first.where}" if self.first else ""
 
     def summary(self) -> str:
         """One sentence for failure messages."""
@@ -208,10 +216,11 @@ class DiffReport:
 
 def _construct(source: str | ast.Module) -> ast.FunctionDef:
     tree = ast.parse(source) if isinstance(source, str) else source
+    # the network's class is the file's last (the modules layout defines its module classes first)
     construct = next(
         (
             f
-            for c in tree.body
+            for c in reversed(tree.body)
             if isinstance(c, ast.ClassDef)
             for f in c.body
             if isinstance(f, ast.FunctionDef) and f.name == "construct"
@@ -288,6 +297,71 @@ def load_probe(stage_dir: Path, variables: list[str], tag: str, replay=None):
         return module.build(str(stage_dir / "network.ckpt"))
     finally:
         sys.modules.pop(name, None)
+
+
+def entry_key(entry: dict) -> str:
+    """A tensor_map entry's variable: ``module:var`` in the modules layout (a class's locals are
+    per instance), the variable itself in the flat one."""
+    return f"{entry['module']}:{entry['var']}" if "module" in entry else entry["var"]
+
+
+class _CellHook:
+    """The modules layout's probe hook, called as ``hook(self, 'var', var)`` after every statement
+    of every class: keys the value by the calling cell's path (``backbone.layer1.0:conv1``),
+    records it, and hands back ``replay``'s value (or the computed one)."""
+
+    def __init__(self, replay=None):
+        self.replay = replay
+        self.paths: dict[int, str] = {}
+        self.values: dict[str, list] = {}
+
+    def __call__(self, cell, var: str, value):
+        key = f"{self.paths.get(id(cell), '?')}:{var}"
+        self.values.setdefault(key, []).append(value)
+        return self.replay(key, value) if self.replay is not None else value
+
+
+def instrument_classes(source: str) -> ast.Module:
+    """``source`` with ``v = torch2ms_replay(self, 'v', v)`` after each assignment of every class's
+    ``construct``; the inserted statements carry their statement's line number."""
+    tree = ast.parse(source)
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for f in c.body:
+            if isinstance(f, ast.FunctionDef) and f.name == "construct":
+                body = []  # the arguments first: a statement left out as `y = x` is its argument x
+                for a in f.args.args[1:]:
+                    hook = ast.parse(f"{a.arg} = {REPLAY_HOOK}(self, {a.arg!r}, {a.arg})").body[0]
+                    body.append(ast.copy_location(hook, f.body[0]))
+                for st in f.body:
+                    body.append(st)
+                    if isinstance(st, ast.Assign):
+                        for target in st.targets:
+                            for n in ast.walk(target):
+                                if isinstance(n, ast.Name) and n.id != "_":
+                                    hook = ast.parse(f"{n.id} = {REPLAY_HOOK}(self, {n.id!r}, {n.id})").body[0]
+                                    body.append(ast.copy_location(hook, st))
+                f.body = body
+    return ast.fix_missing_locations(tree)
+
+
+def load_class_probe(stage_dir: Path, tag: str, hook: _CellHook):
+    """The stage's modules-layout network with every class instrumented (``instrument_classes``)."""
+    path = stage_dir / "network.py"
+    source = path.read_text()
+    name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        module.__dict__[REPLAY_HOOK] = hook
+        exec(compile(instrument_classes(source), str(path), "exec"), module.__dict__)  # noqa: S102 - our own code
+        net = module.build(str(stage_dir / "network.ckpt"))
+    finally:
+        sys.modules.pop(name, None)
+    hook.paths = {id(c): n for n, c in net.cells_and_names()}
+    return net
 
 
 class _Replay:
@@ -379,7 +453,9 @@ def localize(
             "compare"
         )
     acc, local_acc = _run_and_replay(model, stage_dir, stage, compared, samples)
-    lines = statement_lines(source)  # from the code itself: older tensor maps counted the header as one line
+    # flat layout: lines from the code itself (older tensor maps counted the header as one line); the
+    # modules layout's tensor map holds each statement's line in its class
+    lines = {} if any("module" in e for e in compared) else statement_lines(source)
     tensors = [_tensor_diff(e, acc, local_acc, tol, lines, nodes, constants) for e in compared]
     ok = {t.tensor: t.ok for t in tensors}
     first = next((t for t in tensors if not t.ok and all(ok.get(i, True) for i in t.inputs)), None)
@@ -430,26 +506,45 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    replay = _Replay(ms, {e["var"]: e["tensor"] for e in compared})
+    modular = any("module" in e for e in compared)
+    replay = _Replay(ms, {entry_key(e): e["tensor"] for e in compared})
     try:
-        cell = load_probe(stage_dir, variables, stage)
-        replaying = load_probe(stage_dir, variables, stage, replay)
+        if modular:
+            capture, hook = _CellHook(), _CellHook(replay)
+            cell = load_class_probe(stage_dir, stage, capture)
+            replaying = load_class_probe(stage_dir, stage, hook)
+        else:
+            cell = load_probe(stage_dir, variables, stage)
+            replaying = load_probe(stage_dir, variables, stage, replay)
         acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         for sample in samples:
             reference = dict(zip(names, sess.run(names, sample)))
-            values = cell(*[ms.Tensor(v) for v in sample.values()])
-            captured = dict(zip(variables, values))
+            if modular:
+                capture.values = {}
+                cell(*[ms.Tensor(v) for v in sample.values()])
+                # a module called twice computes its variables twice: the entries take them in order
+                seen: dict[str, int] = {}
+                captured = {}
+                for e in compared:
+                    k = entry_key(e)
+                    n = seen[k] = seen.get(k, -1) + 1
+                    values = capture.values.get(k, [])
+                    captured[id(e)] = values[min(n, len(values) - 1)] if values else None
+            else:
+                values = cell(*[ms.Tensor(v) for v in sample.values()])
+                by_var = dict(zip(variables, values))
+                captured = {id(e): by_var[e["var"]] for e in compared}
             for e in compared:
-                value = captured[e["var"]]
+                value = captured[id(e)]
                 acc[e["tensor"]].add(
                     value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]]
                 )
             replay.reference, replay.computed = reference, {}
             replaying(*[ms.Tensor(v) for v in sample.values()])
             for e in compared:
-                if e["var"] in replay.computed:
-                    local_acc[e["tensor"]].add(replay.computed[e["var"]], reference[e["tensor"]])
+                if entry_key(e) in replay.computed:
+                    local_acc[e["tensor"]].add(replay.computed[entry_key(e)], reference[e["tensor"]])
     finally:
         ms.set_context(mode=mode)
     return acc, local_acc
@@ -468,6 +563,8 @@ def _tensor_diff(e: dict, acc: dict, local_acc: dict, tol: Tolerance, lines, nod
         e.get("origin", [e["node"]]),
         _entry_inputs(e, nodes, constants),
         m,
+        module=e.get("module"),
+        cls=e.get("class"),
     )
     t.problem = a.problem or "; ".join(tol.violations(m))
     la = local_acc[e["tensor"]]

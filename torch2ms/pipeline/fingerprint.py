@@ -19,8 +19,8 @@ from pathlib import Path
 
 from torch2ms import __version__
 
-# onnxscript: the dynamo export path needs it ("absent" where it is not installed)
-FRAMEWORKS = ("torch", "onnx", "onnxruntime", "onnxscript", "mindspore", "numpy")
+# onnxscript: the dynamo export path needs it ("absent" where it is not installed); ruff formats network.py
+FRAMEWORKS = ("torch", "onnx", "onnxruntime", "onnxscript", "mindspore", "numpy", "ruff")
 
 # Relative to the torch2ms package: a folder covers every file in it.
 CONVERSION_CODE = (

@@ -21,6 +21,7 @@ from torch2ms.errors import RecipeError
 from torch2ms.export.exporters import Attempt, describe_attempts, export_model
 from torch2ms.export.floor import floor_fields
 from torch2ms.export.hooks import exporter_changes
+from torch2ms.export.modules import record_modules
 from torch2ms.export.pytorch import onnx_counts, outputs_of, run_samples
 from torch2ms.graph.onnxrt import run_reference
 from torch2ms.pipeline.stage import Stage, StageOutput
@@ -100,6 +101,7 @@ class ExportStage(Stage):
         example = tuple(torch.from_numpy(v) for v in samples[0].values())
         inputs = [i.name for i in recipe.inputs]
         produced, failed, tracer = export_model(model, example, onnx_path, inputs, torch_run.names, recipe, ctx.log)
+        record_modules(model, out)  # module tree + state_dict keys for the rebuild's classes and weight map
         save_npz(out / "reference.npz", {**pack_reference(samples, torch_run.outputs), **pack_batches(batches)})
         ctx.cache["reference"] = (samples, torch_run.outputs)
         ctx.cache["batch_reference"] = {n: batches[n] for n in sorted(extra_in)}
