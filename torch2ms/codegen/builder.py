@@ -19,7 +19,7 @@ import numpy as np
 
 from torch2ms import __version__
 from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge
-from torch2ms.codegen.generated import GeneratedNetwork
+from torch2ms.codegen.generated import GeneratedNetwork, build_function
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
@@ -260,22 +260,7 @@ class CodeBuilder:
                         }
                     )
         out.append(f"        return {', '.join(self.returns)}")
-        out += ["", "", f"def build(checkpoint: str | None = None) -> {self.class_name}:"]
-        if self.params:
-            out += [
-                '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
-                f"    net = {self.class_name}()",
-                '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
-                "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",
-                "    if missing:",
-                '        raise ValueError(f"{path} lacks weights for {missing}")',
-            ]
-        else:  # MindSpore refuses to load an empty checkpoint
-            out += [
-                '    """The network in inference mode; it has no weights, so `checkpoint` is not read."""',
-                f"    net = {self.class_name}()",
-            ]
-        out += ["    net.set_train(False)", "    return net", ""]
+        out += ["", "", *build_function(self.class_name, bool(self.params))]
         counts: dict[str, int] = {}
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1

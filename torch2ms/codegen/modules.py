@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from torch2ms.codegen.generated import GeneratedNetwork
+from torch2ms.codegen.generated import GeneratedNetwork, build_function
 from torch2ms.converters.api import MS_DTYPES, literal
 from torch2ms.graph.names import Namer, module_path, snake
 
@@ -962,25 +962,6 @@ def tokens_safe(text: str) -> list:
         return tokens(text)
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return []
-
-
-def build_function(class_name: str, has_params: bool) -> list[str]:
-    out = [f"def build(checkpoint: str | None = None) -> {class_name}:"]
-    if has_params:
-        out += [
-            '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
-            f"    net = {class_name}()",
-            '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
-            "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",
-            "    if missing:",
-            '        raise ValueError(f"{path} lacks weights for {missing}")',
-        ]
-    else:  # MindSpore refuses to load an empty checkpoint
-        out += [
-            '    """The network in inference mode; it has no weights, so `checkpoint` is not read."""',
-            f"    net = {class_name}()",
-        ]
-    return out + ["    net.set_train(False)", "    return net", ""]
 
 
 def format_source(source: str) -> tuple[str, str | None]:
