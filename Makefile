@@ -10,7 +10,8 @@ ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
 PYTEST_ARGS ?=
 # Two pytest-xdist workers: the CPU count here, and what fits in memory beside MindSpore (~5 GB peak each).
-# tests/conftest.py groups each test file (tests/converters/ as one) onto one worker.
+# --dist loadfile keeps a file's tests (and its module fixtures) on one worker. tests/converters/ and
+# test_fusion.py run in one process after them: their coverage check needs every converter test run there.
 TEST_WORKERS ?= 2
 
 .PHONY: venv convert lint test test-slow zoo bench clean
@@ -31,7 +32,9 @@ lint: venv
 	$(BIN)/ruff format --check torch2ms tests benchmarks
 
 test: venv lint
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile \
+		--ignore=tests/converters --ignore=tests/test_fusion.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" tests/converters tests/test_fusion.py
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

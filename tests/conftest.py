@@ -88,27 +88,6 @@ def run_bundle_infer(bundle_dir: Path, *args: str, timeout: int = 300):
     )
 
 
-# `make test` runs on two pytest-xdist workers with `--dist loadgroup`. Each test file is one group, so
-# a file's module-scoped fixtures (a converted run, a trained model) are built once, in one worker.
-# tests/converters/ and tests/test_fusion.py form one group: their coverage check
-# (converters/test_coverage.py) needs every converter test to have run in its own process. So does
-# tests/conformance/: its session fixture runs the cases every selected conformance test asks for.
-_ONE_PROCESS = (TESTS / "converters", TESTS / "test_fusion.py")
-
-
-# tryfirst: xdist's own hook turns the markers into groups, so they must be there before it runs
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        path = Path(item.path)
-        group = (
-            "converters" if any(path == p or p in path.parents for p in _ONE_PROCESS) else str(path.relative_to(TESTS))
-        )
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(autouse=True)
 def _pil_unpatched(monkeypatch):
     """Ultralytics (a test-only model source) replaces ``PIL.Image.open`` when imported, with one that
