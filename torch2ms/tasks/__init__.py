@@ -48,6 +48,17 @@ class Task:
 TASKS: dict[str, Task] = {}
 
 
+MAX_NOTES = 10  # the notes a task result lists before "... and N more"
+
+
+def limited_notes(lines, limit: int = MAX_NOTES, more: str = "more") -> list[str]:
+    """The first ``limit`` of ``lines`` (an iterable of note strings), then how many were left out."""
+    lines = list(lines)
+    if len(lines) <= limit:
+        return lines
+    return lines[:limit] + [f"... and {len(lines) - limit} {more}"]
+
+
 def task(name: str):
     """Register the decorated ``Task`` subclass for recipes with ``task: name``."""
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.tasks import Task, TaskResult, task
+from torch2ms.tasks import Task, TaskResult, limited_notes, task
 
 TOP_K = 5
-MAX_NOTES = 10
 
 
 def score_rows(outputs: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
@@ -53,12 +52,10 @@ class Classification(Task):
         ranked = np.sort(want, axis=1)
         margin = ranked[:, -1] - ranked[:, -2]
         flips = np.flatnonzero(~agree)
-        notes = [
+        notes = limited_notes(
             f"row {i}: PyTorch class {top_want[i, 0]} (margin {margin[i]:.3g}), stage class {top_got[i, 0]}"
-            for i in flips[:MAX_NOTES]
-        ]
-        if len(flips) > MAX_NOTES:
-            notes.append(f"... and {len(flips) - MAX_NOTES} more")
+            for i in flips
+        )
         return TaskResult(
             metric="top-1 agreement",
             agreement=float(agree.mean()),

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch2ms.tasks import Task, TaskResult, task
+from torch2ms.tasks import Task, TaskResult, limited_notes, task
 from torch2ms.tasks.classification import score_rows
-
-MAX_NOTES = 10
 
 
 def _first(reference) -> str:
@@ -45,12 +43,10 @@ class LanguageModel(Task):
         per_position = agree.reshape(-1, positions).mean(axis=0)  # rows of every sample, per position
         worst = int(per_position.argmin())
         flips = np.flatnonzero(~agree)
-        notes = [
+        notes = limited_notes(
             f"row {i // positions} position {i % positions}: PyTorch token {want[i]}, stage token {got[i]}"
-            for i in flips[:MAX_NOTES]
-        ]
-        if len(flips) > MAX_NOTES:
-            notes.append(f"... and {len(flips) - MAX_NOTES} more")
+            for i in flips
+        )
         return TaskResult(
             metric="top-1 agreement per position",
             agreement=float(agree.mean()),
@@ -77,7 +73,7 @@ class SequenceClassification(Task):
             return None
         got, want = score_rows(outputs, name).argmax(axis=1), score_rows(reference, name).argmax(axis=1)
         agree = got == want
-        notes = [f"row {i}: PyTorch label {want[i]}, stage label {got[i]}" for i in np.flatnonzero(~agree)[:MAX_NOTES]]
+        notes = limited_notes(f"row {i}: PyTorch label {want[i]}, stage label {got[i]}" for i in np.flatnonzero(~agree))
         return TaskResult(
             metric="argmax agreement",
             agreement=float(agree.mean()),
