@@ -52,6 +52,7 @@ from torch2ms.package import emulate, search
 from torch2ms.package.emulate import Calibrator, Int8Emulator, calibration_tensors, emulation_metrics, json_error, sig
 from torch2ms.package.precision import NEGLIGIBLE, RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES
 from torch2ms.package.search import Verdict
+from torch2ms.pipeline.markdown import table
 
 FIELD = "quantize.calibration"
 CALIBRATION_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -549,15 +550,22 @@ def plan_markdown(plan: dict, model: str) -> str:
             "score = max(rel error / bound, (1 - task agreement) / (1 - gate)); a block never split shares its",
             "score divided by the square root of its size.",
             "",
-            "| layer | op | MACs | score | measured | kept |",
-            "|---|---|---|---|---|---|",
         ]
         kept = {x["label"] for x in plan["keep_float"]}
-        lines += [
-            f"| `{s['label']}` | {s['op']} | {s['macs']:,} | {s['score']} | {s['measured']} | "
-            f"{'float' if s['label'] in kept else ''} |"
-            for s in rows
-        ]
+        lines += table(
+            ["layer", "op", "MACs", "score", "measured", "kept"],
+            [
+                [
+                    f"`{s['label']}`",
+                    s["op"],
+                    f"{s['macs']:,}",
+                    s["score"],
+                    s["measured"],
+                    "float" if s["label"] in kept else "",
+                ]
+                for s in rows
+            ],
+        )
         if len(plan["sensitivity"]) > TABLE_ROWS:
             lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | | |")
     lines += [

@@ -55,6 +55,7 @@ from torch2ms.package.emulate import Fp16Emulator, emulation_metrics
 from torch2ms.package.emulate import json_error as _json_error
 from torch2ms.package.emulate import sig as _sig
 from torch2ms.package.search import Verdict
+from torch2ms.pipeline.markdown import table
 
 ASCEND_IR_TYPES = {
     "Conv": "Conv2D",  # 4-D weights; Conv3D for 5-D (ATC docs, quantizable layers)
@@ -360,15 +361,21 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
             "A layer measured alone has its own figure; the layers of a block that was not split share the block's",
             "error alone in fp16 divided by the square root of its size (separate roundings add in quadrature).",
             "",
-            "| layer | op | rel error | measured | kept |",
-            "|---|---|---|---|---|",
         ]
-    kept = {k["label"] for k in plan["keep_fp32"]}
-    lines += [
-        f"| `{s['label']}` | {s['op']} | {_fmt(_json_error(s['error']))} | {s['measured']} | "
-        f"{'fp32' if s['label'] in kept else ''} |"
-        for s in rows
-    ]
+        kept = {k["label"] for k in plan["keep_fp32"]}
+        lines += table(
+            ["layer", "op", "rel error", "measured", "kept"],
+            [
+                [
+                    f"`{s['label']}`",
+                    s["op"],
+                    _fmt(_json_error(s["error"])),
+                    s["measured"],
+                    "fp32" if s["label"] in kept else "",
+                ]
+                for s in rows
+            ],
+        )
     if len(plan["sensitivity"]) > TABLE_ROWS:
         lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | |")
     if truth:
