@@ -55,6 +55,17 @@ def _axes(graph: Graph, node: Node) -> tuple[int, ...] | None:
     return tuple(sorted(int(a) % rank for a in axes))
 
 
+def _absorb(graph: Graph, last, op: str, shape, axes, nodes: list, default: np.ndarray):
+    """The norm's ``op`` (Mul: gamma, Add: beta) by a constant along ``axes`` after ``last``, when
+    there is one: (its constant, its node), the node appended to ``nodes``; else (``default``, ``last``)."""
+    step = _affine_step(graph, last.outputs[0], op)
+    value = _along(graph.const(step[1]), shape, axes) if step else None
+    if value is None:
+        return default, last
+    nodes.append(step[0])
+    return value, step[0]
+
+
 def _affine_step(graph: Graph, value: str, op: str) -> tuple[Node, str] | None:
     """The single consumer of ``value`` if it is ``op(value, const)`` (either order): (node, const)."""
     if value in graph.outputs:
@@ -132,16 +143,8 @@ class FuseLayerNorm(FormulaPattern):
         normalized = tuple(shape[a] for a in axes)
         gamma, beta = np.ones(normalized, np.float32), np.zeros(normalized, np.float32)
         last = node
-        step = _affine_step(graph, last.outputs[0], "Mul")
-        g = _along(graph.const(step[1]), shape, axes) if step else None
-        if g is not None:
-            gamma, last = g, step[0]
-            nodes.append(last)
-        step = _affine_step(graph, last.outputs[0], "Add")
-        b = _along(graph.const(step[1]), shape, axes) if step else None
-        if b is not None:
-            beta, last = b, step[0]
-            nodes.append(last)
+        gamma, last = _absorb(graph, last, "Mul", shape, axes, nodes, gamma)
+        beta, last = _absorb(graph, last, "Add", shape, axes, nodes, beta)
         m = PatternMatch(last, x, nodes, "LayerNormalization", attrs={"axis": axes[0], "epsilon": epsilon})
         m.extra = [("gamma", gamma), ("beta", beta)]  # made constants in rewrite
         return m
@@ -259,11 +262,7 @@ class FuseRMSNorm(FormulaPattern):
             last = users[0]
             nodes.append(last)
         gamma = np.ones(tuple(shape[a] for a in axes), np.float32)
-        step = _affine_step(graph, last.outputs[0], "Mul")
-        g = _along(graph.const(step[1]), shape, axes) if step else None
-        if g is not None:
-            gamma, last = g, step[0]
-            nodes.append(last)
+        gamma, last = _absorb(graph, last, "Mul", shape, axes, nodes, gamma)
         m = PatternMatch(last, x, nodes, "RMSNormalization", attrs={"axis": axes[0], "epsilon": epsilon})
         m.extra = [("gamma", gamma)]
         return m
