@@ -317,6 +317,10 @@ LOWERING: dict[str, Lowering] = {
     "ops.arange": ("RangeD",),
     "ops.eye": ("Eye",),
     "ops.tuple_to_array": (),
+    # --- module containers the module-class layout writes: no device op of their own ---
+    "nn.SequentialCell": (),
+    "nn.CellList": (),
+    "nn.Identity": (),
     # --- matrix, image, detection ---
     "ops.matmul": _matmul,
     "ops.einsum": ("Einsum",),

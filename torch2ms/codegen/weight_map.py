@@ -48,7 +48,7 @@ def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], ori
     import onnx
 
     model = onnx.load(str(onnx_path))
-    ops = {n.name: n.op_type for n in model.graph.node}
+    op_type = {n.name: n.op_type for n in model.graph.node}
     state = record.get("state_dict", {})
     by_hash: dict[str, list[tuple[str, str]]] = {}
     for k, e in state.items():
@@ -75,7 +75,7 @@ def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], ori
             for key, how in hits[:1]:
                 out[key].append({**entry, "transform": how})
         else:
-            how = "bn_fold" if any(ops.get(n) == "BatchNormalization" for n in nodes) else "computed"
+            how = "bn_fold" if any(op_type.get(n) == "BatchNormalization" for n in nodes) else "computed"
             for key in readers:
                 out[key].append({**entry, "transform": how, "from": readers})
     result = {}
