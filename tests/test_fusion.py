@@ -768,5 +768,7 @@ def test_rebuild_notes_and_zoo_summary_carry_the_coverage(act, notes, cell):
     run_passes(graph, passes)
     record = {"counts": {"conv2d_bn_act": 1, "batchnorm_layers": 0, "fusion": fusion_counts(graph, passes)}}
     assert RebuildStage().notes(record) == notes
+    record["counts"]["layout"] = {"layout": "flat", "modules_failed": "ValueError: no scope"}
+    assert RebuildStage().notes(record) == f"{notes}; flat layout, the module classes failed: ValueError: no scope"
     row = {"name": "m", "status": "passed", "stages": {}, "fusion_coverage": coverage_cell(record["counts"]["fusion"])}
     assert summary.cells(row)[summary.COLUMNS.index("fusion coverage")] == cell

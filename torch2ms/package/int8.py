@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
-from torch2ms.package import emulate, search
+from torch2ms.package import search
 from torch2ms.package.emulate import Calibrator, Int8Emulator, calibration_tensors, emulation_metrics, json_error, sig
 from torch2ms.package.precision import NEGLIGIBLE, RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES
 from torch2ms.package.search import Verdict
@@ -366,45 +366,32 @@ def _summary(j: dict) -> str:
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path, calib: list[dict]) -> str:
-    from torch2ms.pipeline.fingerprint import source_hash
-    from torch2ms.pipeline.workspace import sha256_file
-
-    payload = {
-        "onnx": sha256_file(onnx_path),
-        "reference": sha256_file(ref_path),
-        "calibration": samples_digest(calib),
-        "quantize": recipe.quantize.model_dump(mode="json"),
-        "bound": [recipe.precision.int8_task_agreement, recipe.precision.int8_rel_error],
-        "task": recipe.task,
-        "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
-        "source": source_hash(),
-        "code": [sha256_file(Path(m.__file__)) for m in (search, emulate)] + [sha256_file(Path(__file__))],
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return search.plan_key(
+        recipe,
+        onnx_path,
+        ref_path,
+        __file__,
+        calibration=samples_digest(calib),
+        quantize=recipe.quantize.model_dump(mode="json"),
+        bound=[recipe.precision.int8_task_agreement, recipe.precision.int8_rel_error],
+    )
 
 
 def cached_plan(recipe, run_root: Path, onnx_path: Path, ref_path: Path, log: Callable = print) -> tuple[dict, list]:
     """The plan for this run (from ``<run>/precision/int8_plan.json`` when up to date) and the
     calibration samples. Bad calibration data fails here, before anything is written."""
-    from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
+    from torch2ms.pipeline.workspace import load_npz, split_reference
 
     calib, sources = calibration_samples(recipe, log)
+
+    def make() -> dict:
+        inputs, reference = split_reference(load_npz(ref_path))
+        plan = make_plan(recipe, onnx_path, inputs, reference, calib, log)
+        plan["calibration"]["sources"] = sorted({Path(s).name for s in sources})
+        return plan
+
     key = plan_key(recipe, onnx_path, ref_path, calib)
-    path = run_root / "precision" / "int8_plan.json"
-    if path.is_file():
-        try:
-            plan = json.loads(path.read_text())
-            if plan.get("key") == key:
-                log(f"int8 plan: up to date ({path})")
-                return plan, calib
-        except (OSError, json.JSONDecodeError):
-            pass
-    inputs, reference = split_reference(load_npz(ref_path))
-    plan = {"key": key, **make_plan(recipe, onnx_path, inputs, reference, calib, log)}
-    plan["calibration"]["sources"] = sorted({Path(s).name for s in sources})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, plan)
-    return plan, calib
+    return search.cached_plan(run_root / "precision" / "int8_plan.json", key, make, "int8 plan", log), calib
 
 
 # --- refusals and the files for the board tools --------------------------------------------------

@@ -40,7 +40,6 @@ is named in ``keep_dtype.cfg`` only, and ``precision.md`` says so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -50,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
-from torch2ms.package import emulate, search
+from torch2ms.package import search
 from torch2ms.package.emulate import Fp16Emulator, emulation_metrics
 from torch2ms.package.emulate import json_error as _json_error
 from torch2ms.package.emulate import sig as _sig
@@ -205,42 +204,26 @@ def make_plan(
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path) -> str:
-    from torch2ms.pipeline.fingerprint import source_hash
-    from torch2ms.pipeline.workspace import sha256_file
-
-    payload = {
-        "onnx": sha256_file(onnx_path),
-        "reference": sha256_file(ref_path),
-        "precision": recipe.precision.model_dump(mode="json"),
-        "task": recipe.task,
-        "task_agreement": recipe.check.task_agreement,
-        "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
-        "source": source_hash(),
-        # source_hash leaves the package layer out: the emulator and the search decide the plan too
-        "search": [sha256_file(Path(m.__file__)) for m in (search, emulate)] + [sha256_file(Path(__file__))],
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return search.plan_key(
+        recipe,
+        onnx_path,
+        ref_path,
+        __file__,
+        precision=recipe.precision.model_dump(mode="json"),
+        task_agreement=recipe.check.task_agreement,
+    )
 
 
 def cached_plan(recipe, run_root: Path, onnx_path: Path, ref_path: Path, log: Callable = print) -> dict:
     """The plan for this run, from ``<run>/precision/plan.json`` when it is up to date."""
-    from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
+    from torch2ms.pipeline.workspace import load_npz, split_reference
+
+    def make() -> dict:
+        inputs, reference = split_reference(load_npz(ref_path))
+        return make_plan(recipe, onnx_path, inputs, reference, log)
 
     key = plan_key(recipe, onnx_path, ref_path)
-    path = run_root / "precision" / "plan.json"
-    if path.is_file():
-        try:
-            plan = json.loads(path.read_text())
-            if plan.get("key") == key:
-                log(f"fp16 plan: up to date ({path})")
-                return plan
-        except (OSError, json.JSONDecodeError):
-            pass
-    inputs, reference = split_reference(load_npz(ref_path))
-    plan = {"key": key, **make_plan(recipe, onnx_path, inputs, reference, log)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, plan)
-    return plan
+    return search.cached_plan(run_root / "precision" / "plan.json", key, make, "fp16 plan", log)
 
 
 # --- the files for the board tools -------------------------------------------------------------

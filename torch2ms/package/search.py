@@ -209,3 +209,50 @@ def search(
         full.count,
         steps,
     )
+
+
+# --- a plan's cache: reused while what decides it is the same ------------------------------------
+
+
+def plan_key(recipe, onnx_path, ref_path, planner: str, **decides) -> str:
+    """The key a plan is cached under: the ONNX, the reference samples, the recipe's task and
+    post-processing, the conversion code, and the planning code (this module, the emulators, the
+    ``planner`` module's file), plus what else ``decides`` the plan (its bound, calibration, ...)."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from torch2ms.package import emulate
+    from torch2ms.pipeline.fingerprint import source_hash
+    from torch2ms.pipeline.workspace import sha256_file
+
+    payload = {
+        "onnx": sha256_file(onnx_path),
+        "reference": sha256_file(ref_path),
+        "task": recipe.task,
+        "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
+        "source": source_hash(),  # leaves the package layer out: the planning code is hashed here
+        "code": [sha256_file(Path(f)) for f in (__file__, emulate.__file__, planner)],
+        **decides,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def cached_plan(path, key: str, make: Callable[[], dict], what: str, log: Callable) -> dict:
+    """The plan at ``path`` when its ``key`` matches, else ``make()``'s, written there with the key."""
+    import json
+
+    from torch2ms.pipeline.workspace import write_json
+
+    if path.is_file():
+        try:
+            plan = json.loads(path.read_text())
+            if plan.get("key") == key:
+                log(f"{what}: up to date ({path})")
+                return plan
+        except (OSError, json.JSONDecodeError):
+            pass
+    plan = {"key": key, **make()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, plan)
+    return plan

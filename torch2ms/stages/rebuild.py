@@ -36,7 +36,10 @@ class RebuildStage(Stage):
         notes += f" ({blocks})" if blocks else ""
         notes += f", {c.get('batchnorm_layers')} BatchNorm left"
         coverage = coverage_text(fusion)
-        return f"{notes}; {coverage}" if coverage else notes
+        notes = f"{notes}; {coverage}" if coverage else notes
+        failed = (c.get("layout") or {}).get("modules_failed")
+        # the module classes could not be made: the code is the flat listing, and the report says so
+        return f"{notes}; flat layout, the module classes failed: {failed}" if failed else notes
 
     def run(self, ctx, out: Path) -> StageOutput:
         return generate_network(ctx, out, rebuild_passes(ctx.recipe.rebuild.fuse_conv_bn_act), "rebuild")
