@@ -367,6 +367,10 @@ def lean_session_options(ort):
     return opts
 
 
+# Weights above this make a graph load hand the memory its onnxruntime run freed back to the system.
+RELEASE_ABOVE_BYTES = 64 << 20
+
+
 def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_values=None) -> None:
     """Fill every value's shape/dtype; fold constant nodes out of the graph."""
     const_nodes = _constant_nodes(graph)
@@ -410,9 +414,12 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
             hint="an input that sets a shape, an index or a count must be a constant (an initializer) of the ONNX",
         ) from None
     # the session holds a copy of every weight and what its run freed: gone before shape inference
-    # copies the model again (DeepLabV3+ at 512x512, batch 2: 3.1 GB peak with it kept)
+    # copies the model again (DeepLabV3+ at 512x512, batch 2: 3.1 GB peak with it kept). Only worth
+    # it for a large model: the garbage collection costs ~0.13 s in a process that imported torch
+    # and MindSpore, 85% of a small graph's load (the per-op tests load ~2500).
     del sess
-    release_freed()
+    if sum(len(t.raw_data) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:
+        release_freed()
     dtypes = _inferred_dtypes(model)
     for kind, name, out in wanted:
         v = graph.values[name]
