@@ -10,8 +10,8 @@ ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
 PYTEST_ARGS ?=
 # Two pytest-xdist workers: the CPU count here, and what fits in memory beside MindSpore (~5 GB peak each).
-# --dist loadfile keeps a file's tests (and its module fixtures) on one worker. tests/converters/ and
-# test_fusion.py run in one process after them: their coverage check needs every converter test run there.
+# --dist loadfile keeps a file's tests (and its module fixtures) on one worker. The converters' coverage
+# check takes the union of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 .PHONY: venv convert lint test test-slow zoo bench clean
@@ -32,9 +32,7 @@ lint: venv
 	$(BIN)/ruff format --check torch2ms tests benchmarks
 
 test: venv lint
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile \
-		--ignore=tests/converters --ignore=tests/test_fusion.py $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -q -m "not slow" tests/converters tests/test_fusion.py
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

@@ -99,3 +99,43 @@ def _pil_unpatched(monkeypatch):
 
         monkeypatch.setattr(Image, "open", patches._image_open)
     yield
+
+
+# --- tests/converters' coverage check under pytest-xdist: the union of what the workers ran ---
+_WORKERS_RAN: list[dict] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    out = getattr(node, "workeroutput", {}).get("torch2ms_ran")
+    if out is not None:
+        _WORKERS_RAN.append(out)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    """On the pytest-xdist controller, once every worker ended: every converter registration was
+    built and run by some worker's test (the check test_coverage.py makes in a single process),
+    reported as that test's result so it counts and prints as one."""
+    if hasattr(session.config, "workerinput") or not _WORKERS_RAN:
+        return
+    whole, with_fusion = (all(o["whole_folder"][i] for o in _WORKERS_RAN) for i in (0, 1))
+    if not whole:
+        return
+    from _pytest.reports import TestReport
+    from converters import helpers
+
+    ran = {tuple(r) for o in _WORKERS_RAN for r in o["ran"]}
+    missing = helpers.unrun_registrations(ran, with_fusion)
+    name = "tests/converters/test_coverage.py::test_every_registration_ran_against_onnxruntime[workers' union]"
+    report = TestReport(
+        name,
+        ("tests/converters/test_coverage.py", 0, name),
+        {},
+        "failed" if missing else "passed",
+        f"converter registrations no test in tests/converters built and ran: {missing}" if missing else None,
+        "call",
+    )
+    session.config.hook.pytest_runtest_logreport(report=report)
+    if missing:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

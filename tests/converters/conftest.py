@@ -4,7 +4,9 @@ once without paying ~0.15 s of graph compilation for each of the ~600 cases.
 ``TORCH2MS_OP_TEST_MODES=pynative,graph`` runs every case in both (about 1.5 min more).
 
 ``test_coverage.py``'s run-time check (every converter registration built and run by a test
-here) goes last, and knows whether this session runs the whole folder: ``WHOLE_FOLDER``."""
+here) goes last, and knows whether this session runs the whole folder: ``WHOLE_FOLDER``. Under
+pytest-xdist a worker runs part of the folder: it hands what it ran to the controller
+(``workeroutput``), which checks the union when every worker has ended (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ COVERAGE_TEST = "test_every_registration_ran_against_onnxruntime"
 # Set at collection: [every test in this folder runs in this session, and every test of
 # tests/test_fusion.py (which runs the fused torch2ms-domain ops) too], apart from slow ones.
 WHOLE_FOLDER: list[bool] = [False, False]
+ON_XDIST_WORKER: list[bool] = [False]
 _DESELECTED: list = []
 _HERE = Path(__file__).parent
 _FUSION = _HERE.parent / "test_fusion.py"
@@ -37,6 +40,10 @@ _FUSION = _HERE.parent / "test_fusion.py"
 
 def pytest_deselected(items):
     _DESELECTED.extend(i for i in items if i.get_closest_marker("slow") is None)
+
+
+def pytest_configure(config):
+    ON_XDIST_WORKER[0] = hasattr(config, "workerinput")
 
 
 def pytest_collection_finish(session):
@@ -51,3 +58,12 @@ def pytest_collection_finish(session):
 def pytest_collection_modifyitems(items):
     last = [i for i in items if i.name == COVERAGE_TEST]
     items[:] = [i for i in items if i.name != COVERAGE_TEST] + last
+
+
+def pytest_sessionfinish(session):
+    """On a pytest-xdist worker: what this worker ran, for the controller's union."""
+    if ON_XDIST_WORKER[0]:
+        session.config.workeroutput["torch2ms_ran"] = {
+            "ran": sorted(helpers.RAN),
+            "whole_folder": WHOLE_FOLDER,
+        }

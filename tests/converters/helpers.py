@@ -31,8 +31,8 @@ from onnx import helper, numpy_helper
 
 from torch2ms.ascend.placement import UNKNOWN, place_graph
 from torch2ms.conversion import convert_graph
-from torch2ms.converters.registry import analyse, lookup
-from torch2ms.graph.load import graph_from_model
+from torch2ms.converters.registry import analyse, lookup, registrations
+from torch2ms.graph.load import SUPPORTED_OPSETS, graph_from_model
 from torch2ms.passes import run_passes
 from torch2ms.runtime import msutil
 
@@ -168,6 +168,21 @@ MODES = ["pynative"]
 # and ran in this session (every caller compares the outputs with onnxruntime's); test_coverage.py
 # checks, after the whole folder ran, that no registration is missing.
 RAN: set[tuple[str, str, int]] = set()
+
+
+def unrun_registrations(ran: set[tuple[str, str, int]], with_fusion: bool) -> list[str]:
+    """The converter registrations missing from ``ran``; torch2ms-domain ones (what the fusion passes
+    make, run by tests/test_fusion.py) only ``with_fusion``. A registration no supported opset looks
+    up (an old Clip below opset 11) cannot run and is not asked for."""
+
+    def reachable(r) -> bool:
+        return any(lookup(r.op_type, o, r.domain) == r for o in SUPPORTED_OPSETS)
+
+    return sorted(
+        f"{r.domain + '.' if r.domain else ''}{r.op_type} (since opset {r.since})"
+        for r in registrations()
+        if (r.domain, r.op_type, r.since) not in ran and (not r.domain or with_fusion) and reachable(r)
+    )
 
 
 def convert_and_run(graph, feeds: dict[str, np.ndarray], out_dir: Path) -> tuple[dict[str, list[np.ndarray]], str]:
