@@ -33,7 +33,7 @@ class ExportStage(Stage):
     name = "export"
     summary = "PyTorch -> ONNX with BatchNorm kept, plus seeded sample inputs and PyTorch's outputs"
     section = "export"
-    writes = ("model.onnx", "reference.npz")
+    writes = ("model.onnx", "reference.npz", "modules.json")  # modules.json: from a PyTorch source only
     noise_floor = True
 
     def config(self, recipe) -> dict:

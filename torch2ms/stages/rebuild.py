@@ -22,7 +22,7 @@ class RebuildStage(Stage):
     name = "rebuild"
     summary = "ONNX -> generated network.py + network.ckpt (nn.Conv2dBnAct blocks)"
     section = "rebuild"
-    reads = ("model.onnx", "reference.npz")
+    reads = ("model.onnx", "reference.npz", "modules.json")  # modules.json: the module tree, for the classes
     writes = ("network.py", "network.ckpt", "tensor_map.json", "conversion.json")
     localize = True
 
