@@ -25,34 +25,45 @@ from torch2ms.passes import fold_passes, rebuild_passes, run_passes
 from torch2ms.runtime import msutil
 
 
-def export(model: nn.Module, shape: tuple) -> tuple[onnx.ModelProto, dict[str, str]]:
+def export(model: nn.Module, shape: tuple, dynamo: bool = False) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """TorchScript (module paths in the node names), or dynamo (module paths in the node metadata)."""
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model.eval(),
-            (torch.zeros(*shape),),
-            buf,
-            dynamo=False,
-            opset_version=17,
-            training=torch.onnx.TrainingMode.PRESERVE,
-            input_names=["x"],
-        )
+        if dynamo:
+            program = torch.onnx.export(
+                model.eval(), (torch.zeros(*shape),), dynamo=True, opset_version=18, input_names=["x"], verbose=False
+            )
+            proto = program.model_proto
+        else:
+            torch.onnx.export(
+                model.eval(),
+                (torch.zeros(*shape),),
+                buf,
+                dynamo=False,
+                opset_version=17,
+                training=torch.onnx.TrainingMode.PRESERVE,
+                input_names=["x"],
+            )
+            proto = onnx.load_from_string(buf.getvalue())
     classes = {n: type(m).__name__ for n, m in model.named_modules() if n}
-    return onnx.load_from_string(buf.getvalue()), classes
+    return proto, classes
 
 
-def convert(tmp: Path, model: nn.Module, shape: tuple, layout: str, fold: bool = False, rename=None):
+def convert(
+    tmp: Path, model: nn.Module, shape: tuple, layout: str, fold: bool = False, rename=None, dynamo: bool = False
+):
     """(generated network, its outputs on a seeded input, PyTorch's outputs on it); ``rename``:
     node name -> name, to give nodes the scopes another exporter would."""
     torch.manual_seed(0)
-    proto, classes = export(model, shape)
+    proto, classes = export(model, shape, dynamo)
     if rename:
         for n in proto.graph.node:
             n.name = rename.get(n.name, n.name)
         classes = {**classes, **rename.get("classes", {})}
     onnx.save(proto, str(tmp / "model.onnx"))
-    graph = graph_from_model(proto, 17, {"x": shape})
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    graph = graph_from_model(proto, opset, {"x": shape})
     run_passes(graph, fold_passes(True) if fold else rebuild_passes(True))
     sha = hashlib.sha256((tmp / "model.onnx").read_bytes()).hexdigest()
     net = convert_graph(graph, "Net", "model.onnx", sha, "test", layout=layout, modules=classes)
@@ -72,10 +83,10 @@ def convert(tmp: Path, model: nn.Module, shape: tuple, layout: str, fold: bool =
     return net, got, ref, cell
 
 
-def check(tmp: Path, model: nn.Module, shape: tuple, fold: bool = False, rename=None):
+def check(tmp: Path, model: nn.Module, shape: tuple, fold: bool = False, rename=None, dynamo: bool = False):
     """The modules network: its outputs against PyTorch, and bitwise against the flat layout's."""
-    net, got, ref, cell = convert(tmp, model, shape, "modules", fold, rename)
-    _, flat, _, _ = convert(tmp, model, shape, "flat", fold, rename)
+    net, got, ref, cell = convert(tmp, model, shape, "modules", fold, rename, dynamo)
+    _, flat, _, _ = convert(tmp, model, shape, "flat", fold, rename, dynamo)
     for g, r, f in zip(got, ref, flat):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
         assert np.array_equal(g, f), "the modules layout computes other bits than the flat one"
@@ -149,6 +160,21 @@ def test_repeated_blocks_sequential_and_modulelist(tmp_path):
     entry = next(e for e in net.tensor_map if e["module"] == "stages.2")
     assert entry["class"] == "Block" and entry["where"].endswith("in Block.construct")
     assert net.layout["nodes_in_modules"] == net.layout["nodes"]  # the network's forward has no op of its own
+
+
+def test_dynamo_export_gets_the_module_classes_from_its_metadata(tmp_path):
+    """The dynamo exporter names nodes ``node_Conv_14``; the module paths are in each node's
+    ``pkg.torch.onnx.name_scopes``: the same classes and PyTorch paths as from TorchScript. Its
+    optimizer folds each BatchNorm into the conv before it (recorded under the BatchNorm's module):
+    that conv belongs to their parent, not to an attribute named after the BatchNorm."""
+    net, cell = check(tmp_path, _randomize(Net()), (1, 3, 16, 16), dynamo=True)
+    assert set(classes_of(net.source)) == {"Block", "Net"}
+    assert "nn.SequentialCell([Block(8, 8, 1), Block(8, 16, 2), Block(16, 16, 1)])" in net.source
+    names = {p.name for p in cell.get_parameters()}
+    assert {"heads.0.weight", "heads.1.bias"} <= names, sorted(names)
+    assert not [n for n in names if ".bn" in n], sorted(names)
+    assert len([n for n in names if n.startswith("stages.1.") and n.endswith("weight")]) == 2, sorted(names)
+    assert net.layout["nodes_in_modules"] == net.layout["nodes"]
 
 
 def test_fold_layout_keeps_the_structure(tmp_path):

@@ -307,15 +307,19 @@ class ModuleLayout:
         self.class_names: set[str] = {b.class_name, *b.definitions} | {"ms", "nn", "ops", "Parameter", "initializer"}
 
     # --- the tree ---
-    def scope_path(self, node_name: str) -> list[str]:
-        if not node_name.startswith("/"):
-            return []
-        path = module_path(node_name)
-        return ".".join(path).split(".") if path else []
+    def scope_path(self, node) -> list[str]:
+        """The module path of a node, from its TorchScript-style name, else (dynamo) from the
+        exporter's metadata for the first ONNX node it stands for."""
+        if node.name.startswith("/"):
+            path = module_path(node.name)
+            return ".".join(path).split(".") if path else []
+        scopes = self.b.graph.scopes
+        scope = next((scopes[o] for o in node.origin if o in scopes), "")
+        return scope.split(".") if scope else []
 
     def tree(self) -> Scope:
         root = Scope("", "", "", None)
-        paths = [self.scope_path(st.node.name) for st in self.b.statements]
+        paths = [self.scope_path(st.node) for st in self.b.statements]
         siblings: dict[str, set[str]] = {}
         for p in paths:
             for k in range(len(p)):

@@ -53,6 +53,10 @@ class Graph:
         self.outputs = outputs
         self.opset = opset
         self.name = name
+        # ONNX node name -> the PyTorch module path that made it ("backbone.layer1.0.conv1"), where the
+        # exporter recorded it in the node's metadata (the dynamo exporter's name_scopes); the
+        # TorchScript exporter's node names carry it themselves ("/backbone/layer1/layer1.0/conv1/Conv")
+        self.scopes: dict[str, str] = {}
 
     def producer(self, value: str) -> Node | None:
         for n in self.nodes:

@@ -26,6 +26,8 @@ model reaches onnxruntime or numpy only to fail there:
 
 from __future__ import annotations
 
+import ast
+
 from pathlib import Path
 
 import numpy as np
@@ -310,6 +312,7 @@ def graph_from_model(
         for o in n.output:
             values.setdefault(o, Value(o))
     graph = Graph(nodes, values, inputs, [o.name for o in g.output], opset, name=g.name or "network")
+    graph.scopes = _module_scopes(g)
     if fold:
         _infer_and_fold(model, graph, source, input_values)
     return graph
@@ -365,6 +368,31 @@ def lean_session_options(ort):
     opts.enable_cpu_mem_arena = False
     opts.add_session_config_entry("session.disable_prepacking", "1")
     return opts
+
+
+def _module_scopes(g: onnx.GraphProto) -> dict[str, str]:
+    """The module path of each node the dynamo exporter named (``pkg.torch.onnx.name_scopes``: the
+    module paths from the root down, then the op's own name, e.g. ``['', 'layer', 'layer.0', 'relu']``
+    for a ReLU called in module ``layer.0``)."""
+    out = {}
+    for i, n in enumerate(g.node):
+        meta = next((p.value for p in n.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+        if meta is None:
+            continue
+        try:
+            scopes = ast.literal_eval(meta)
+        except (ValueError, SyntaxError):
+            continue
+        if not (isinstance(scopes, list) and len(scopes) >= 2 and all(isinstance(x, str) for x in scopes)):
+            continue
+        scope = scopes[-2]
+        if any(p.key == "pkg.onnxscript.rewriter.rule_name" for p in n.metadata_props):
+            # the exporter's optimizer made this node from several modules' (FuseBatchNormIntoConv: a
+            # conv's and its BatchNorm's, recorded under the BatchNorm): it belongs to their parent
+            scope = scope.rpartition(".")[0]
+        if scope:
+            out[n.name or f"{n.op_type}_{i}"] = scope
+    return out
 
 
 # Weights above this make a graph load hand the memory its onnxruntime run freed back to the system.
