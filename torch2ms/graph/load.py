@@ -27,7 +27,6 @@ model reaches onnxruntime or numpy only to fail there:
 from __future__ import annotations
 
 import ast
-
 from pathlib import Path
 
 import numpy as np
