@@ -55,9 +55,27 @@ class Fp16Emulator:
 
     def __init__(self, onnx_path: Path, inputs: list[dict], output_names: list[str]):
         import onnx
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import TensorProto, helper
 
         m = onnx.load(str(onnx_path))
+        self.inputs, self.output_names = inputs, output_names
+        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
+        self.op_types: list[str] = []
+        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
+        nodes, extra_inits = self._switchable_fp16(m)
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        m.graph.initializer.extend(extra_inits)
+        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
+        self.session = session(m, EMULATION)  # no optimization keeps the rounding casts
+        self.runs = 0
+
+    def _switchable_fp16(self, m) -> tuple[list, list]:
+        """The graph's nodes with each candidate's float inputs and outputs behind
+        ``Where(flag_i, rounded, exact)``; returns (nodes, extra initializers: rounded weights)."""
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
         inferred = onnx.shape_inference.infer_shapes(m)
         floats = {
             v.name
@@ -66,10 +84,6 @@ class Fp16Emulator:
         }
         inits = {t.name: t for t in m.graph.initializer if t.data_type == TensorProto.FLOAT}
         floats |= set(inits)
-        self.inputs, self.output_names = inputs, output_names
-        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
-        self.op_types: list[str] = []
-        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
         rounded: dict[str, str] = {}
         extra_inits = []
         nodes = []
@@ -110,12 +124,7 @@ class Fp16Emulator:
                     post += _round_nodes(raw, f"{raw}__r16")
                     post.append(helper.make_node("Where", [flag, f"{raw}__r16", raw], [o]))
             nodes += [n, *post]
-        del m.graph.node[:]
-        m.graph.node.extend(nodes)
-        m.graph.initializer.extend(extra_inits)
-        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
-        self.session = session(m, EMULATION)  # no optimization keeps the rounding casts
-        self.runs = 0
+        return nodes, extra_inits
 
     def flags(self, fp32: Collection[int] = (), only: int | None = None) -> np.ndarray:
         """Per candidate: True (fp16) unless in ``fp32``; with ``only``, that one node alone in fp16."""
@@ -416,7 +425,7 @@ class Int8Emulator:
         per_channel: bool = True,
     ):
         import onnx
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import TensorProto, helper
 
         m = onnx.load(str(onnx_path))
         constants = constant_values(m)
@@ -429,12 +438,20 @@ class Int8Emulator:
         self.qparams: dict[str, tuple[float, int]] = {}  # activation tensor -> (scale, zero point)
         self.activations = [[c.node.input[k] for k in c.activations] for c in cubes]  # per node, its quantized inputs
         self.axes = [c.axis for c in cubes]
-        shapes = _shapes(m)
-        unknown = sorted(
-            {t for c in cubes for t in (*c.node.input[:2], c.node.output[0]) if t and t not in shapes}
-        )  # shape inference stops at data-dependent sizes (Resize to a Shape): measure them on one sample
-        if unknown and inputs:
-            shapes.update(_run_shapes(onnx_path, unknown, inputs[0]))
+        shapes = _cube_shapes(m, cubes, onnx_path, inputs)
+        nodes, extra_inits = self._switchable_int8(m, cubes, constants, ranges, shapes)
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        m.graph.initializer.extend(extra_inits)
+        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
+        self.session = session(m, EMULATION)
+        self.runs = 0
+
+    def _switchable_int8(self, m, cubes, constants, ranges, shapes) -> tuple[list, list]:
+        """The graph's nodes with each Cube node's activations (QDQ) and weight (fake-quantized)
+        behind ``Where(flag_i, int8, float)``; returns (nodes, extra initializers)."""
+        from onnx import helper, numpy_helper
+
         by_index = {c.index: (i, c) for i, c in enumerate(cubes)}
         extra_inits, nodes, qdq = [], [], {}
 
@@ -477,12 +494,7 @@ class Int8Emulator:
                 nodes.append(helper.make_node("Where", [flag, fq, w], [sel]))
                 n.input[c.weight] = sel
             nodes.append(n)
-        del m.graph.node[:]
-        m.graph.node.extend(nodes)
-        m.graph.initializer.extend(extra_inits)
-        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
-        self.session = session(m, EMULATION)
-        self.runs = 0
+        return nodes, extra_inits
 
     def flags(self, int8: Collection[int]) -> np.ndarray:
         f = np.zeros(len(self.names), bool)
@@ -498,6 +510,16 @@ class Int8Emulator:
             dict(zip(self.output_names, self.session.run(self.output_names, {**s, self.FLAGS: flags})))
             for s in self.inputs[:samples]
         ]
+
+
+def _cube_shapes(m, cubes, onnx_path: Path, inputs: list[dict]) -> dict[str, tuple[int, ...]]:
+    """Static shapes of the graph's tensors, the Cube nodes' inputs and outputs included: shape
+    inference stops at data-dependent sizes (Resize to a Shape), those are measured on one sample."""
+    shapes = _shapes(m)
+    unknown = sorted({t for c in cubes for t in (*c.node.input[:2], c.node.output[0]) if t and t not in shapes})
+    if unknown and inputs:
+        shapes.update(_run_shapes(onnx_path, unknown, inputs[0]))
+    return shapes
 
 
 def _shapes(model) -> dict[str, tuple[int, ...]]:

@@ -117,17 +117,10 @@ def run_one(job: dict) -> ModelRow:
         {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()},
     )
     previous = ModelRow.from_dict(read_json(run_dir / RESULT))
-    env = dict(os.environ)
-    extra_path = [p for p in job.get("pythonpath", []) if p]
-    if extra_path:
-        env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    env = _worker_env(job)
     cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
     cwd = cwd if cwd and os.path.isdir(cwd) else None  # not on another Ray node
     t0 = time.monotonic()
-    peak_sampled = 0.0
-    timed_out = over_memory = False
-    limit = job.get("max_memory_mb")
     with open(run_dir / LOG, "wb") as log:
         p = subprocess.Popen(
             [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
@@ -141,22 +134,7 @@ def run_one(job: dict) -> ModelRow:
         with _live_lock:
             _live[p.pid] = p
         try:
-            while True:
-                try:
-                    p.wait(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                rss = _sampled_rss_mb(p.pid)
-                peak_sampled = max(peak_sampled, rss)
-                if limit and rss > limit:
-                    over_memory = True
-                    _kill_group(p, grace=0)
-                    break
-                if time.monotonic() - t0 > job["timeout"]:
-                    timed_out = True
-                    _kill_group(p, GRACE_S)
-                    break
+            timed_out, over_memory, peak_sampled = _watch(p, job, t0)
         finally:
             if p.poll() is None:
                 _kill_group(p, grace=0)
@@ -170,6 +148,37 @@ def run_one(job: dict) -> ModelRow:
     row = build_row(job, run_dir, status, ended, previous)
     write_json(run_dir / RESULT, row.to_dict())
     return row
+
+
+def _worker_env(job: dict) -> dict[str, str]:
+    """The worker's environment: the job's PYTHONPATH entries first, and the launcher's pid."""
+    env = dict(os.environ)
+    extra_path = [p for p in job.get("pythonpath", []) if p]
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    return env
+
+
+def _watch(p: subprocess.Popen, job: dict, t0: float) -> tuple[bool, bool, float]:
+    """Wait for the worker, sampling its RSS every ``POLL_S``; kill it over the job's memory limit
+    or past its timeout. Returns (timed out, over memory, peak sampled RSS in MB)."""
+    limit = job.get("max_memory_mb")
+    peak_sampled = 0.0
+    while True:
+        try:
+            p.wait(timeout=POLL_S)
+            return False, False, peak_sampled
+        except subprocess.TimeoutExpired:
+            pass
+        rss = _sampled_rss_mb(p.pid)
+        peak_sampled = max(peak_sampled, rss)
+        if limit and rss > limit:
+            _kill_group(p, grace=0)
+            return False, True, peak_sampled
+        if time.monotonic() - t0 > job["timeout"]:
+            _kill_group(p, GRACE_S)
+            return True, False, peak_sampled
 
 
 def _stage_records(run_dir: Path, stages: dict) -> dict[str, dict]:
