@@ -9,6 +9,7 @@ import json
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 import torch
 from conftest import run_cli, write_recipe
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
@@ -72,3 +73,51 @@ def test_fake_quant_model_converts_and_records_the_reference(tmp_path):
     assert run_cli("convert", "--recipe", str(recipe)) == 0
     record = json.loads((tmp_path / "runs" / "fq" / "export" / "stage.json").read_text())
     assert record["extra"]["onnxruntime"]["graph_optimization"] == "basic"
+
+
+def test_only_the_factory_builds_sessions():
+    """Every onnxruntime session of the package comes from ``graph/onnxrt.session`` under a named
+    purpose: no other module builds ``InferenceSession`` or ``SessionOptions``, or imports them."""
+    import ast
+    from pathlib import Path
+
+    import torch2ms
+
+    package = Path(torch2ms.__file__).parent
+    factory = package / "graph" / "onnxrt.py"
+    built = {"InferenceSession", "SessionOptions"}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == factory:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = set()
+            if isinstance(node, ast.Attribute):
+                names = {node.attr}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("onnxruntime"):
+                names = {a.name for a in node.names}
+            if names & built:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    assert not found, f"onnxruntime sessions built outside torch2ms/graph/onnxrt.py: {found}"
+
+
+def test_each_purpose_has_its_options():
+    """The options each purpose documents: the reference's level follows the policy, the loader's
+    run keeps nothing between runs, the emulators run unoptimized on one thread, the benchmark on
+    the caller's threads."""
+    from torch2ms.graph import onnxrt
+
+    level = ort.GraphOptimizationLevel
+    ref = onnxrt.session_options(onnxrt.REFERENCE, {"Conv"})
+    assert ref.graph_optimization_level == level.ORT_ENABLE_ALL and not ref.enable_cpu_mem_arena
+    assert (
+        onnxrt.session_options(onnxrt.REFERENCE, {"QuantizeLinear"}).graph_optimization_level == level.ORT_ENABLE_BASIC
+    )
+    shapes = onnxrt.session_options(onnxrt.SHAPES)
+    assert shapes.graph_optimization_level == level.ORT_DISABLE_ALL and not shapes.enable_cpu_mem_arena
+    assert shapes.get_session_config_entry("session.disable_prepacking") == "1"
+    emu = onnxrt.session_options(onnxrt.EMULATION)
+    assert emu.graph_optimization_level == level.ORT_DISABLE_ALL and emu.intra_op_num_threads == 1
+    assert onnxrt.session_options(onnxrt.BENCHMARK, threads=3).intra_op_num_threads == 3
+    with pytest.raises(ValueError, match="op types"):
+        onnxrt.session_options(onnxrt.REFERENCE)

@@ -121,13 +121,9 @@ def _torch(variant, folders, recipe, settings) -> Loaded:
 
 
 def _onnxruntime(variant, folders, recipe, settings) -> Loaded:
-    import onnxruntime as ort
+    from torch2ms.graph.onnxrt import BENCHMARK, session
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.intra_op_num_threads = settings.threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(folders["onnx"] / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    sess = session(folders["onnx"] / "model.onnx", BENCHMARK, threads=settings.threads)
     state = {}
 
     def set_sample(sample):

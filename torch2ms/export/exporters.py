@@ -256,13 +256,12 @@ def _loadable(path: Path) -> None:
     unbatched 3-D input: a Pad with 8 pads on a 3-D tensor, from either exporter); then that path
     failed."""
     import onnx
-    import onnxruntime as ort
+
+    from torch2ms.graph.onnxrt import VALIDATE, session
 
     try:
         onnx.checker.check_model(str(path))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        session(path, VALIDATE)
     except Exception as err:
         reason = re.sub(r"Load model from \S+ failed:", "", _reason(err))
         raise _PathFailed(f"wrote a model that does not load: {reason}") from None

@@ -332,16 +332,19 @@ def _constant_nodes(graph: Graph) -> list[Node]:
     return out
 
 
-def session_with_outputs(model: onnx.ModelProto, outputs: list[str], extra_nodes: list[onnx.NodeProto] = ()):
-    """onnxruntime (no graph optimizations) on a copy of ``model`` whose graph outputs are
-    ``outputs``: any tensor names, intermediate ones included, computed by the model or by
-    ``extra_nodes`` appended to it."""
-    import onnxruntime as ort
+def session_with_outputs(
+    model: onnx.ModelProto, outputs: list[str], extra_nodes: list[onnx.NodeProto] = (), purpose=None
+):
+    """onnxruntime on a copy of ``model`` whose graph outputs are ``outputs``: any tensor names,
+    intermediate ones included, computed by the model or by ``extra_nodes`` appended to it. Its
+    options are ``purpose``'s (``graph.onnxrt``): SHAPES unless given (``diff`` runs REFERENCE)."""
+    from torch2ms.graph import onnxrt
 
     # ``model`` itself, its outputs swapped for the serialization and put back: a CopyFrom would
     # hold the weights once more while onnxruntime reads them
     kept_outputs = list(model.graph.output)
     n_nodes = len(model.graph.node)
+    op_types = {n.op_type for n in model.graph.node}
     try:
         del model.graph.output[:]
         model.graph.node.extend(extra_nodes)
@@ -351,22 +354,7 @@ def session_with_outputs(model: onnx.ModelProto, outputs: list[str], extra_nodes
         del model.graph.output[:]
         model.graph.output.extend(kept_outputs)
         del model.graph.node[n_nodes:]
-    return ort.InferenceSession(data, lean_session_options(ort), providers=["CPUExecutionProvider"])
-
-
-def lean_session_options(ort):
-    """Options for a session run a few times on one model, where memory matters more than speed:
-    no graph optimizations, no prepacked copy of the weights (MLAS keeps one per MatMul/Conv
-    weight), no memory arena kept between runs."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # no arena: its blocks outlive the session in the heap (DeepLabV3+ at 512x512: +1.3 GB resident
-    # after the shape run at batch 1, +2.5 GB at batch 2); freed tensors go back at once
-    opts.enable_cpu_mem_arena = False
-    opts.log_severity_level = 4  # its errors reach the user inside torch2ms's own
-    opts.enable_cpu_mem_arena = False
-    opts.add_session_config_entry("session.disable_prepacking", "1")
-    return opts
+    return onnxrt.session(data, purpose or onnxrt.SHAPES, op_types)
 
 
 def _module_scopes(g: onnx.GraphProto) -> dict[str, str]:

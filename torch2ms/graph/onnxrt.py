@@ -1,4 +1,28 @@
-"""The onnxruntime sessions torch2ms checks against, and why each runs as it does.
+"""Every onnxruntime session torch2ms opens, one named purpose each, and why each runs as it does.
+
+``session(source, purpose)`` is the only place that builds ``SessionOptions`` or an
+``InferenceSession`` (``tests/test_onnxrt_reference.py`` greps the package for any other). A
+purpose fixes the options that matter: graph optimization level, memory arena, weight prepacking,
+threads and log level.
+
+========== =============================== ============ ===== ========== ======= ===
+purpose    used by                         optimization arena prepacking threads log
+========== =============================== ============ ===== ========== ======= ===
+REFERENCE  export's check, ``diff``,       all / basic  off   on         default 3
+           conformance's oracle            (policy)
+SHAPES     the loader's shape and constant none         off   off        default 4
+           run (``graph.load``)
+EMULATION  fp16 / int8 emulators, the      none         on    on         1       3
+           calibrator (``package.emulate``)
+BENCHMARK  ``bench``'s onnxruntime variant all          on    on         bench's 3
+VALIDATE   does an exported file load      all          on    on         default 3
+           (``export.exporters``)
+========== =============================== ============ ===== ========== ======= ===
+
+**REFERENCE** is what every check compares with: the export stage (onnxruntime against PyTorch,
+which sets the noise floor later stages may widen to), ``diff`` and the runner's divergence
+localization (the generated code's tensors against onnxruntime's), and the conformance harness's
+oracle. One reference, one configuration. Its level is ``reference_policy``:
 
 onnxruntime is a *reference* here, so what it computes must not depend on the CPU. It does in one
 known place: at ``ORT_ENABLE_EXTENDED`` and above, a QDQ graph (QuantizeLinear -> DequantizeLinear
@@ -13,17 +37,33 @@ So the reference rule is: the **PyTorch model is the reference** for the export 
 onnxruntime, checked against it, runs a graph that holds quantization ops at ``ORT_ENABLE_BASIC``
 (constant folding and redundant-node removal only, no QDQ fusion): its Q/DQ pairs then compute the
 same float32 fake-quant arithmetic as PyTorch on every CPU. A graph without quantization ops runs
-at onnxruntime's default level, as before. ``reference_policy`` says which, and why, and the
-export stage records it in ``stage.json`` (``extra.onnxruntime``).
+at onnxruntime's default level. ``reference_policy`` says which, and why, and the export stage
+records it in ``stage.json`` (``extra.onnxruntime``). The reference runs a few samples inside the
+converting process, so it keeps no memory arena: the arena's blocks outlive the session in the heap
+(see SHAPES); an allocator changes where a tensor lives, not what is computed.
 
-The other purposes, each opened where it is used: ``diff``'s probe and the loader's constant
-folding (``graph/load.session_with_outputs``) run with no optimizations at all, since they read
-intermediate tensors by name; the fp16 emulator (``package/compat``) too, to keep its rounding
-casts, on one thread; ``bench`` measures latency at the default level, as a deployment runs it.
+**SHAPES** runs the model once, extended to output every tensor's shape and every constant's value,
+for a result read by name, where memory matters more than speed: no graph optimization (a tensor
+read by name stays the tensor of that node), no arena (DeepLabV3+ at 512x512: +1.3 GB resident
+after the run at batch 1, +2.5 GB at batch 2), no prepacked copy of the weights (MLAS keeps one per
+MatMul/Conv weight). Its errors reach the user inside torch2ms's own message, so onnxruntime logs
+only fatal ones.
+
+**EMULATION** keeps every node as written: the fp16 emulator's rounding casts stay, and QDQ stays
+float32 Q/DQ nodes (no integer kernels), the same on every CPU; one intra-op thread gives the same
+reduction order on every run, since its report is part of a reproducible archive. Its sessions run
+many times (a plan search), so the arena stays.
+
+**BENCHMARK** measures latency as a deployment runs the model: onnxruntime's default level and
+arena, intra-op threads as ``bench``'s settings say (``threads``), one inter-op thread.
+
+**VALIDATE** only asks whether a file an exporter wrote loads in onnxruntime at its default
+settings; an exporter's path that writes one that does not has failed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +82,31 @@ QUANTIZATION_OPS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class Purpose:
+    """How a session of this purpose runs (see the module's table). ``optimization``: "all"
+    (onnxruntime's default), "basic", "none", or "policy" (``reference_policy`` of the graph's op
+    types); ``threads``: intra-op threads, None for onnxruntime's default, "caller" for the
+    caller's ``threads``."""
+
+    name: str
+    optimization: str
+    arena: bool = True
+    prepacking: bool = True
+    threads: int | str | None = None
+    log_severity: int = 3
+
+
+REFERENCE = Purpose("reference", "policy", arena=False)
+SHAPES = Purpose("shapes", "none", arena=False, prepacking=False, log_severity=4)
+EMULATION = Purpose("emulation", "none", threads=1)
+BENCHMARK = Purpose("benchmark", "all", threads="caller")
+VALIDATE = Purpose("validate", "all")
+PURPOSES = (REFERENCE, SHAPES, EMULATION, BENCHMARK, VALIDATE)
+
+_LEVELS = {"all": "ORT_ENABLE_ALL", "basic": "ORT_ENABLE_BASIC", "none": "ORT_DISABLE_ALL"}
+
+
 def reference_policy(op_types) -> dict:
     """How the reference session runs a graph with these op types: ``graph_optimization`` and ``why``."""
     quantized = sorted(QUANTIZATION_OPS.intersection(op_types))
@@ -57,16 +122,72 @@ def reference_policy(op_types) -> dict:
     }
 
 
-def reference_session(path: Path, op_types):
-    """An onnxruntime session on ``path`` under ``reference_policy(op_types)``; returns (session, policy)."""
+def session_options(purpose: Purpose, op_types=None, threads: int | None = None):
+    """The ``SessionOptions`` of ``purpose``; ``op_types`` (REFERENCE) picks the policy's level,
+    ``threads`` (BENCHMARK) the intra-op threads."""
     import onnxruntime as ort
 
-    policy = reference_policy(op_types)
+    level = purpose.optimization
+    if level == "policy":
+        if op_types is None:
+            raise ValueError(f"a {purpose.name} session needs the graph's op types for its policy")
+        level = reference_policy(op_types)["graph_optimization"]
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if policy["graph_optimization"] == "basic":
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]), policy
+    opts.log_severity_level = purpose.log_severity
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+    if not purpose.arena:
+        opts.enable_cpu_mem_arena = False
+    if not purpose.prepacking:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+    if purpose.threads == "caller":
+        if threads is None:
+            raise ValueError(f"a {purpose.name} session needs its threads")
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    elif purpose.threads is not None:
+        opts.intra_op_num_threads = purpose.threads
+    return opts
+
+
+def session(source, purpose: Purpose, op_types=None, threads: int | None = None):
+    """An onnxruntime CPU session of ``purpose`` on ``source``: a path, serialized bytes, or a
+    ``ModelProto``. REFERENCE takes the graph's ``op_types`` (a ``ModelProto``'s own by default).
+
+    A ``ModelProto`` over protobuf's 2 GB limit (the emulator adds a rounded copy of every weight:
+    ViT-L/16's 1.2 GB become 2.4 GB) cannot be serialized to bytes, so it goes through a temporary
+    file with its tensors as external data."""
+    import onnxruntime as ort
+
+    if hasattr(source, "graph"):
+        if op_types is None and purpose.optimization == "policy":
+            op_types = {n.op_type for n in source.graph.node}
+        return _from_model(source, session_options(purpose, op_types, threads))
+    opts = session_options(purpose, op_types, threads)
+    data = str(source) if isinstance(source, (str, Path)) else source
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _from_model(model, opts):
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    try:
+        data = model.SerializeToString()
+    except Exception:  # protobuf's EncodeError: over 2 GB
+        data = None
+    if data is not None:
+        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="torch2ms-session-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin")
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def reference_session(path: Path, op_types):
+    """A REFERENCE session on ``path``; returns (session, ``reference_policy(op_types)``)."""
+    return session(path, REFERENCE, op_types), reference_policy(op_types)
 
 
 def run_reference(path: Path, op_types, samples, names) -> tuple[list[dict[str, np.ndarray]], dict]:

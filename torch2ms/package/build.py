@@ -142,56 +142,14 @@ def _readme(
     opset: int,
     weights_apart: bool = False,
 ) -> str:
-    pre = manifest["preprocess"]
-    if is_image:
-        pre_text = (
-            f"Input `{recipe.inputs[0].name}`: one RGB image -> Pillow `resize(({size[1]}, {size[0]}), BILINEAR)` -> "
-            "float32"
-            + (" -> channels reversed to BGR" if pre["color"] == "bgr" else "")
-            + f" -> `(pixel * {pre['scale']:.6g} - mean) / std` with mean {pre['mean']}, std {pre['std']} -> NCHW, "
-            "batch 1."
-        )
-        aipp_note = ", AIPP does the normalisation"
-        aipp_howto = (
-            f"With `aipp.cfg` the OM model takes an NHWC uint8 RGB image of {size[1]}x{size[0]}: resize on the host "
-            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU. For the NV12 frames of DVPP's JPEG "
-            "decoder, compile with `AIPP_CFG=targets/<board>/aipp_yuv420sp.cfg` (where the size is even). Both "
-            "files were checked against the recipe's preprocessing (compatibility.md, 'AIPP')."
-        )
-    else:
-        pre_text = (
-            "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with "
-            "infer.py)."
-        )
-        aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed the tensors of `manifest.json`."
-        if any(i.dtype != "float32" for i in recipe.inputs):
-            pre_text = (
-                "Inputs "
-                + ", ".join(f"`{i.name}` {i.dtype} {list(i.shape)}" for i in recipe.inputs)
-                + ': one `.npy` per input with infer.py, or `infer.py --tokens "101 2023 102"` for token ids '
-                "(padded; a second input of the same shape gets the attention mask)."
-            )
+    pre_text, aipp_note, aipp_howto = _readme_input(recipe, manifest["preprocess"], is_image, size)
     post = manifest["postprocess"]
     if post["kind"] == "detection":
         from torch2ms.package import detection
 
         pre_text, post_text = detection.readme_texts(manifest)
     else:
-        post_text = {
-            "classification": (
-                f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the "
-                f"top-{post.get('top_k')} classes after softmax (.json)."
-            ),
-            "segmentation": (
-                f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
-                "PNG mask (argmax over classes) and the classes present (.json)."
-            ),
-            "argmax": (
-                f"Output `{post['output']}`: logits; infer.py writes them (.npy) and the argmax over the last axis "
-                "(the label of each sequence, or the predicted token at each position) (.json)."
-            ),
-            "none": f"Output `{post['output']}`: written as .npy by infer.py.",
-        }[post["kind"]]
+        post_text = _readme_output(post)
     shape = recipe.inputs[0].shape
     return Template((TEMPLATES / "README.md").read_text()).substitute(
         name=recipe.name,
@@ -221,6 +179,58 @@ def _readme(
             else ""
         ),
     )
+
+
+def _readme_input(recipe: Recipe, pre: dict, is_image: bool, size) -> tuple[str, str, str]:
+    """The README's input paragraph, its AIPP note and its AIPP how-to."""
+    if is_image:
+        pre_text = (
+            f"Input `{recipe.inputs[0].name}`: one RGB image -> Pillow `resize(({size[1]}, {size[0]}), BILINEAR)` -> "
+            "float32"
+            + (" -> channels reversed to BGR" if pre["color"] == "bgr" else "")
+            + f" -> `(pixel * {pre['scale']:.6g} - mean) / std` with mean {pre['mean']}, std {pre['std']} -> NCHW, "
+            "batch 1."
+        )
+        aipp_note = ", AIPP does the normalisation"
+        aipp_howto = (
+            f"With `aipp.cfg` the OM model takes an NHWC uint8 RGB image of {size[1]}x{size[0]}: resize on the host "
+            "(or with DVPP) and skip the normalisation, AIPP does it on the NPU. For the NV12 frames of DVPP's JPEG "
+            "decoder, compile with `AIPP_CFG=targets/<board>/aipp_yuv420sp.cfg` (where the size is even). Both "
+            "files were checked against the recipe's preprocessing (compatibility.md, 'AIPP')."
+        )
+    else:
+        pre_text = (
+            "The input is not a 3-channel image: feed float32 tensors of the shapes in `manifest.json` (`.npy` with "
+            "infer.py)."
+        )
+        aipp_note, aipp_howto = "", "No AIPP (the input is not an image): feed the tensors of `manifest.json`."
+        if any(i.dtype != "float32" for i in recipe.inputs):
+            pre_text = (
+                "Inputs "
+                + ", ".join(f"`{i.name}` {i.dtype} {list(i.shape)}" for i in recipe.inputs)
+                + ': one `.npy` per input with infer.py, or `infer.py --tokens "101 2023 102"` for token ids '
+                "(padded; a second input of the same shape gets the attention mask)."
+            )
+    return pre_text, aipp_note, aipp_howto
+
+
+def _readme_output(post: dict) -> str:
+    """The README's output paragraph for a postprocess kind other than detection."""
+    return {
+        "classification": (
+            f"Output `{post['output']}`: class scores; infer.py writes the logits (.npy) and the "
+            f"top-{post.get('top_k')} classes after softmax (.json)."
+        ),
+        "segmentation": (
+            f"Output `{post['output']}`: per-pixel class scores; infer.py writes the logits (.npy), a class-index "
+            "PNG mask (argmax over classes) and the classes present (.json)."
+        ),
+        "argmax": (
+            f"Output `{post['output']}`: logits; infer.py writes them (.npy) and the argmax over the last axis "
+            "(the label of each sequence, or the predicted token at each position) (.json)."
+        ),
+        "none": f"Output `{post['output']}`: written as .npy by infer.py.",
+    }[post["kind"]]
 
 
 def _plan_note(plan: dict | None) -> str:
@@ -259,6 +269,44 @@ def build_bundle(
 
     recipe, run_root = result.recipe, result.root
     target = targets.get_target(target_name)
+    version = _checked_version(recipe, precision, version)
+    is_image, size = image_geometry(recipe)
+    records = _passed_records(result)
+    mindir, onnx_path, ref_path = _run_files(recipe, run_root)
+    arrays = load_npz(ref_path)
+    ref_in, ref_out = split_reference(arrays)
+    inputs, outputs = _io_specs(recipe, arrays, list(ref_out[0]))
+    targets.check_batch(target, inputs)
+    preprocess = _preprocess_spec(recipe, is_image, size)
+    tolerance = bundle_tolerance(recipe, records[writer_of("network.mindir", recipe)])
+    plan, int8_plan, calib = _precision_plans(recipe, run_root, onnx_path, ref_path, precision, is_image, log)
+    log("scanning the model for the target and measuring the fp16 error budget")
+    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
+    aipp_configs = _placement_and_aipp(report, recipe, onnx_path, precision, target, preprocess, size, log)
+
+    plans = (plan, int8_plan, calib)
+    files = _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans)
+    manifest = _manifest(recipe, version, target, precision, (inputs, outputs, preprocess, tolerance), records, report)
+    manifest.update(_plan_summaries(plan, int8_plan), files={})
+    _add_detection_files(files, recipe, manifest)
+    # the opset model.onnx has: a newer one than export.opset when the export fell back to it
+    opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
+    apart = any(name.startswith(f"model/{mindir_layout.VARIABLES}/") for name in files)
+    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset, apart).encode()
+    manifest["files"] = {
+        name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
+    }
+    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+
+    dest = out_dir / f"{recipe.name}-{version}.tar.gz"
+    log(f"writing {dest}")
+    write_archive(dest, files)
+    sizes = {name: (src.stat().st_size if isinstance(src, Path) else len(src)) for name, src in sorted(files.items())}
+    return Packaged(dest, version, manifest, sizes, report["warnings"])
+
+
+def _checked_version(recipe: Recipe, precision: str, version: str | None) -> str:
+    """The bundle's version (``default_version`` unless given), once the options are valid."""
     if precision not in targets.PRECISION:
         raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(targets.PRECISION)}")
     version = version or default_version(recipe)
@@ -266,33 +314,42 @@ def build_bundle(
         raise Torch2msError(
             f"--version {version!r}: use letters, digits and . _ + - only (it becomes part of the file name)"
         )
-    is_image, size = image_geometry(recipe)
-    if not recipe.mindir.enabled:
+    return version
+
+
+def _passed_records(result: RunResult) -> dict[str, dict]:
+    """Every enabled stage's record; refused unless the MindIR is enabled and every stage passed."""
+    if not result.recipe.mindir.enabled:
         raise RecipeError(
             "mindir.enabled is false in the recipe: a bundle needs the MindIR",
             hint="set mindir.enabled: true and run again",
         )
-
     records = {}
     for s in result.stages:
         if s.status == "disabled":
             continue
         if not s.ok or not s.record or s.record.get("status") != "passed":
             raise CheckFailed(
-                f"stage {s.stage!r} in {run_root} is {s.status}{': ' + s.reason if s.reason else ''}",
+                f"stage {s.stage!r} in {result.root} is {s.status}{': ' + s.reason if s.reason else ''}",
                 hint="a bundle is only made from a run whose every enabled stage passed",
             )
         records[s.stage] = s.record
+    return records
 
-    mindir, onnx_path, ref_path = (
+
+def _run_files(recipe: Recipe, run_root: Path) -> tuple[Path, Path, Path]:
+    """The run's network.mindir, model.onnx and reference.npz, each from the stage that writes it."""
+    paths = tuple(
         run_root / writer_of(name, recipe) / name for name in ("network.mindir", "model.onnx", "reference.npz")
     )
-    for p in (mindir, onnx_path, ref_path):
+    for p in paths:
         if not p.is_file():
             raise CheckFailed(f"{p} is missing", hint="run `torch2ms convert` for this recipe first")
-    arrays = load_npz(ref_path)
-    ref_in, ref_out = split_reference(arrays)
-    out_names = list(ref_out[0])
+    return paths
+
+
+def _io_specs(recipe: Recipe, arrays: dict, out_names: list[str]) -> tuple[list[dict], list[dict]]:
+    """The manifest's ``inputs`` (from the recipe) and ``outputs`` (from the reference)."""
     outputs = [
         {"name": n, "shape": list(arrays[f"output.{n}"].shape[1:]), "dtype": str(arrays[f"output.{n}"].dtype)}
         for n in out_names
@@ -302,8 +359,11 @@ def build_bundle(
         | ({"batch": list(i.batch_sizes())} if len(i.batch_sizes()) > 1 else {})
         for i in recipe.inputs
     ]
-    targets.check_batch(target, inputs)
+    return inputs, outputs
 
+
+def _preprocess_spec(recipe: Recipe, is_image: bool, size) -> dict:
+    """The manifest's ``preprocess``: what the board's caller does to an image before the model."""
     pre = recipe.preprocess
     preprocess = {
         "image_input": is_image,
@@ -323,12 +383,15 @@ def build_bundle(
             "'bgr'), HWC -> NCHW"
         ),
     }
-    detecting = recipe.task == "detection"
-    if detecting:
+    if recipe.task == "detection":
         from torch2ms.package import detection
 
         preprocess.update(detection.preprocess(recipe))
-    tolerance = bundle_tolerance(recipe, records[writer_of("network.mindir", recipe)])
+    return preprocess
+
+
+def _precision_plans(recipe, run_root, onnx_path, ref_path, precision, is_image, log):
+    """(fp16 plan, int8 plan, calibration samples) for ``precision``; None / [] where not asked."""
     plan = int8_plan = None
     calib: list[dict] = []
     if precision == "fp16":
@@ -338,19 +401,30 @@ def build_bundle(
         int8.refuse_limits(recipe, is_image)
         log("int8 plan: which Cube layers to keep in float (precision.int8_task_agreement, int8_rel_error)")
         int8_plan, calib = int8.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
-    log("scanning the model for the target and measuring the fp16 error budget")
-    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
+    return plan, int8_plan, calib
+
+
+def _placement_and_aipp(report: dict, recipe, onnx_path, precision, target, preprocess, size, log) -> dict:
+    """Adds the Ascend placement (and the AIPP check, for an image input) to ``report``; returns
+    the AIPP configs by file name."""
     log("placing every op on AI Core / AI CPU (op lists of the Ascend 310)")
     shapes = {i.name: tuple(i.shape) for i in recipe.inputs}
     fuse, rewrites = recipe.rebuild.fuse_conv_bn_act, recipe.fold.ascend_rewrites
     report["ascend"] = compat.ascend_placement(onnx_path, shapes, precision, fuse, rewrites, target.soc_version)
     report["warnings"] += compat.placement_warnings(report["ascend"])
-    aipp_configs = targets.aipp_configs(preprocess, *size) if is_image else {}
+    aipp_configs = targets.aipp_configs(preprocess, *size) if preprocess["image_input"] else {}
     if aipp_configs:
         log("checking the AIPP configs against the recipe's preprocessing")
         report["aipp"] = aipp.check_bundle(aipp_configs, preprocess, size)
+    return aipp_configs
 
+
+def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans) -> dict:
+    """The bundle's files by archive name (a path to copy, or bytes), in archive order, before the
+    detection files, README.md and manifest.json."""
+    plan, int8_plan, calib = plans
     tdir = f"targets/{target.name}"
+    detecting = recipe.task == "detection"
     files: dict[str, Path | bytes] = {
         **mindir_layout.bundle_entries(mindir.parent),  # model/network.mindir (+ model/network_variables/)
         "model/model.onnx": onnx_path,
@@ -373,7 +447,7 @@ def build_bundle(
             recipe.name,
             inputs,
             precision,
-            with_aipp=is_image,
+            with_aipp=image_geometry(recipe)[0],
             fp32_outputs=detecting,
             keep_dtype=bool(plan and fp16_plan.keep_dtype_text(plan)),
         ).encode(),
@@ -381,6 +455,13 @@ def build_bundle(
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
     }
     files.update({f"{tdir}/{name}": text.encode() for name, (text, _) in aipp_configs.items()})
+    files.update(_plan_files(tdir, recipe, inputs, precision, plan, int8_plan, calib))
+    return files
+
+
+def _plan_files(tdir: str, recipe, inputs, precision, plan, int8_plan, calib) -> dict[str, bytes]:
+    """The precision plan's files: precision.md/.json and the converters' configs that apply it."""
+    files = {}
     if plan is not None:
         files.update({f"{tdir}/{name}": text.encode() for name, text in fp16_plan.bundle_files(plan).items()})
         files["precision.md"] = fp16_plan.plan_markdown(plan, recipe.name).encode()
@@ -396,8 +477,21 @@ def build_bundle(
         files.update(int8.calibration_files(calib))
         files["precision.md"] = int8.plan_markdown(int8_plan, recipe.name).encode()
         files["precision.json"] = int8.precision_json(int8_plan).encode()
+    return files
+
+
+def _manifest(recipe, version, target, precision, specs, records, report) -> dict:
+    """manifest.json up to ``aipp_check``: the plans' summaries and ``files`` come after.
+    ``specs``: (inputs, outputs, preprocess, tolerance)."""
+    inputs, outputs, preprocess, tolerance = specs
+    if recipe.task == "detection":
+        from torch2ms.package import detection
+
+        postprocess = detection.manifest_postprocess(recipe, outputs, records)
+    else:
+        postprocess = postprocess_spec(recipe, outputs[0]["name"], tuple(outputs[0]["shape"]))
     mindir_versions = records[writer_of("network.mindir", recipe)].get("fingerprint_of", {}).get("versions", {})
-    manifest = {
+    return {
         "format": FORMAT,
         "model": {"name": recipe.name, "version": version, "task": recipe.task},
         "target": {
@@ -409,9 +503,7 @@ def build_bundle(
         "inputs": inputs,
         "outputs": outputs,
         "preprocess": preprocess,
-        "postprocess": detection.manifest_postprocess(recipe, outputs, records)
-        if detecting
-        else postprocess_spec(recipe, out_names[0], tuple(outputs[0]["shape"])),
+        "postprocess": postprocess,
         "tolerance": tolerance,
         "stages": stage_figures(records),
         "versions": mindir_versions,
@@ -419,27 +511,25 @@ def build_bundle(
         "recipe_sha256": recipe.sha256(),
         "warnings": report["warnings"],
         "aipp_check": report.get("aipp"),
-        "fp16_plan": fp16_plan.summary(plan) if plan is not None else None,
-        **({"int8_plan": int8.summary(int8_plan)} if int8_plan is not None else {}),
-        "files": {},
     }
-    if detecting:
-        files.update(detection.bundle_files())
-        files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()
-    # the opset model.onnx has: a newer one than export.opset when the export fell back to it
-    opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
-    apart = any(name.startswith(f"model/{mindir_layout.VARIABLES}/") for name in files)
-    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset, apart).encode()
-    manifest["files"] = {
-        name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
-    }
-    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
 
-    dest = out_dir / f"{recipe.name}-{version}.tar.gz"
-    log(f"writing {dest}")
-    write_archive(dest, files)
-    sizes = {name: (src.stat().st_size if isinstance(src, Path) else len(src)) for name, src in sorted(files.items())}
-    return Packaged(dest, version, manifest, sizes, report["warnings"])
+
+def _plan_summaries(plan, int8_plan) -> dict:
+    """The manifest's ``fp16_plan`` (None without one) and, with an INT8 plan, ``int8_plan``."""
+    out = {"fp16_plan": fp16_plan.summary(plan) if plan is not None else None}
+    if int8_plan is not None:
+        out["int8_plan"] = int8.summary(int8_plan)
+    return out
+
+
+def _add_detection_files(files: dict, recipe, manifest: dict) -> None:
+    """A detection bundle's postprocessing files, and its section of compatibility.md."""
+    if recipe.task != "detection":
+        return
+    from torch2ms.package import detection
+
+    files.update(detection.bundle_files())
+    files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()
 
 
 def _sha(data: bytes) -> str:

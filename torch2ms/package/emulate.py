@@ -9,7 +9,7 @@ plan (which layers stay in float) can be measured here before the board sees it.
 
 **Independent of the CPU.** onnxruntime fuses QDQ into integer kernels (``QLinearConv``, ``QGemm``,
 ``MatMulInteger``) above ``ORT_ENABLE_BASIC``, and its uint8 x int8 kernels saturate on CPUs without
-VNNI (``graph/onnxrt.py``). Both emulators run with every graph optimization off, on one thread:
+VNNI (``graph/onnxrt.py``). Both emulators run as its EMULATION purpose, every graph optimization off, on one thread:
 ``QuantizeLinear`` / ``DequantizeLinear`` stay separate float32 nodes (a division, a round half to
 even, a clip, a multiplication: IEEE operations whose result does not depend on the vector width),
 the convolution runs on the dequantized values in float, and weights are fake-quantized once in numpy.
@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.compare import compare_arrays
+from torch2ms.graph.onnxrt import EMULATION, session
 
 # Inputs that hold sizes, not data: the board computes them at compile time, never in fp16.
 SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
@@ -54,10 +55,27 @@ class Fp16Emulator:
 
     def __init__(self, onnx_path: Path, inputs: list[dict], output_names: list[str]):
         import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import TensorProto, helper
 
         m = onnx.load(str(onnx_path))
+        self.inputs, self.output_names = inputs, output_names
+        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
+        self.op_types: list[str] = []
+        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
+        nodes, extra_inits = self._switchable_fp16(m)
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        m.graph.initializer.extend(extra_inits)
+        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
+        self.session = session(m, EMULATION)  # no optimization keeps the rounding casts
+        self.runs = 0
+
+    def _switchable_fp16(self, m) -> tuple[list, list]:
+        """The graph's nodes with each candidate's float inputs and outputs behind
+        ``Where(flag_i, rounded, exact)``; returns (nodes, extra initializers: rounded weights)."""
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
         inferred = onnx.shape_inference.infer_shapes(m)
         floats = {
             v.name
@@ -66,10 +84,6 @@ class Fp16Emulator:
         }
         inits = {t.name: t for t in m.graph.initializer if t.data_type == TensorProto.FLOAT}
         floats |= set(inits)
-        self.inputs, self.output_names = inputs, output_names
-        self.names: list[str] = []  # candidate nodes' ONNX names ('' when unnamed), graph order
-        self.op_types: list[str] = []
-        self.labels: list[str] = []  # unique label per candidate: the name, or '<op #index>'
         rounded: dict[str, str] = {}
         extra_inits = []
         nodes = []
@@ -110,16 +124,7 @@ class Fp16Emulator:
                     post += _round_nodes(raw, f"{raw}__r16")
                     post.append(helper.make_node("Where", [flag, f"{raw}__r16", raw], [o]))
             nodes += [n, *post]
-        del m.graph.node[:]
-        m.graph.node.extend(nodes)
-        m.graph.initializer.extend(extra_inits)
-        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the rounding casts
-        opts.intra_op_num_threads = 1  # same reduction order on every run: the report is part of a reproducible archive
-        self.session = session(ort, m, opts)
-        self.runs = 0
+        return nodes, extra_inits
 
     def flags(self, fp32: Collection[int] = (), only: int | None = None) -> np.ndarray:
         """Per candidate: True (fp16) unless in ``fp32``; with ``only``, that one node alone in fp16."""
@@ -186,26 +191,6 @@ def sig(v: float, digits: int = 3):
     if v is None or not np.isfinite(v):
         return None if v is None else str(v)
     return float(f"{v:.{digits}g}")
-
-
-def session(ort, model, opts):
-    """An onnxruntime session on ``model``. Over protobuf's 2 GB limit (the emulator adds a rounded
-    copy of every weight: ViT-L/16's 1.2 GB become 2.4 GB) it cannot be serialized to bytes, so it
-    goes through a temporary file with its tensors as external data."""
-    import tempfile
-
-    import onnx
-
-    try:
-        data = model.SerializeToString()
-    except Exception:  # protobuf's EncodeError: over 2 GB
-        data = None
-    if data is not None:
-        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    with tempfile.TemporaryDirectory(prefix="torch2ms-emulator-") as tmp:
-        path = Path(tmp) / "emulator.onnx"
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin")
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 # --- INT8: the Cube ops as a QDQ graph ----------------------------------------------------------
@@ -310,15 +295,6 @@ def constant_values(model) -> dict[str, np.ndarray]:
     return out
 
 
-def _cpu_independent_options(ort):
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    # nothing fused: QDQ stays float32 Q/DQ nodes (no integer kernels), the same on every CPU
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.intra_op_num_threads = 1
-    return opts
-
-
 def calibration_tensors(onnx_path: Path, per_channel: bool = True) -> list[str]:
     """The activation tensors the int8 emulation quantizes (the Cube ops' float inputs), in graph order."""
     import onnx
@@ -338,7 +314,6 @@ class Calibrator:
 
     def __init__(self, onnx_path: Path, tensors: list[str]):
         import onnx
-        import onnxruntime as ort
         from onnx import helper
 
         m = onnx.load(str(onnx_path))
@@ -351,7 +326,7 @@ class Calibrator:
                     helper.make_value_info(t, types[t]) if t in types else helper.make_empty_tensor_value_info(t)
                 )
         self.tensors = tensors
-        self.session = session(ort, m, _cpu_independent_options(ort))
+        self.session = session(m, EMULATION)
         self.lo = {t: np.inf for t in tensors}
         self.hi = {t: -np.inf for t in tensors}
         self.hist: dict[str, np.ndarray] = {}
@@ -450,8 +425,7 @@ class Int8Emulator:
         per_channel: bool = True,
     ):
         import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import TensorProto, helper
 
         m = onnx.load(str(onnx_path))
         constants = constant_values(m)
@@ -464,12 +438,20 @@ class Int8Emulator:
         self.qparams: dict[str, tuple[float, int]] = {}  # activation tensor -> (scale, zero point)
         self.activations = [[c.node.input[k] for k in c.activations] for c in cubes]  # per node, its quantized inputs
         self.axes = [c.axis for c in cubes]
-        shapes = _shapes(m)
-        unknown = sorted(
-            {t for c in cubes for t in (*c.node.input[:2], c.node.output[0]) if t and t not in shapes}
-        )  # shape inference stops at data-dependent sizes (Resize to a Shape): measure them on one sample
-        if unknown and inputs:
-            shapes.update(_run_shapes(onnx_path, unknown, inputs[0]))
+        shapes = _cube_shapes(m, cubes, onnx_path, inputs)
+        nodes, extra_inits = self._switchable_int8(m, cubes, constants, ranges, shapes)
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        m.graph.initializer.extend(extra_inits)
+        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
+        self.session = session(m, EMULATION)
+        self.runs = 0
+
+    def _switchable_int8(self, m, cubes, constants, ranges, shapes) -> tuple[list, list]:
+        """The graph's nodes with each Cube node's activations (QDQ) and weight (fake-quantized)
+        behind ``Where(flag_i, int8, float)``; returns (nodes, extra initializers)."""
+        from onnx import helper, numpy_helper
+
         by_index = {c.index: (i, c) for i, c in enumerate(cubes)}
         extra_inits, nodes, qdq = [], [], {}
 
@@ -512,12 +494,7 @@ class Int8Emulator:
                 nodes.append(helper.make_node("Where", [flag, fq, w], [sel]))
                 n.input[c.weight] = sel
             nodes.append(n)
-        del m.graph.node[:]
-        m.graph.node.extend(nodes)
-        m.graph.initializer.extend(extra_inits)
-        m.graph.input.append(helper.make_tensor_value_info(self.FLAGS, TensorProto.BOOL, [len(self.names)]))
-        self.session = session(ort, m, _cpu_independent_options(ort))
-        self.runs = 0
+        return nodes, extra_inits
 
     def flags(self, int8: Collection[int]) -> np.ndarray:
         f = np.zeros(len(self.names), bool)
@@ -533,6 +510,16 @@ class Int8Emulator:
             dict(zip(self.output_names, self.session.run(self.output_names, {**s, self.FLAGS: flags})))
             for s in self.inputs[:samples]
         ]
+
+
+def _cube_shapes(m, cubes, onnx_path: Path, inputs: list[dict]) -> dict[str, tuple[int, ...]]:
+    """Static shapes of the graph's tensors, the Cube nodes' inputs and outputs included: shape
+    inference stops at data-dependent sizes (Resize to a Shape), those are measured on one sample."""
+    shapes = _shapes(m)
+    unknown = sorted({t for c in cubes for t in (*c.node.input[:2], c.node.output[0]) if t and t not in shapes})
+    if unknown and inputs:
+        shapes.update(_run_shapes(onnx_path, unknown, inputs[0]))
+    return shapes
 
 
 def _shapes(model) -> dict[str, tuple[int, ...]]:
@@ -556,13 +543,12 @@ def _shapes(model) -> dict[str, tuple[int, ...]]:
 
 def _run_shapes(onnx_path: Path, tensors: list[str], sample: dict) -> dict[str, tuple[int, ...]]:
     import onnx
-    import onnxruntime as ort
     from onnx import helper
 
     m = onnx.load(str(onnx_path))
     have = {o.name for o in m.graph.output}
     m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in tensors if t not in have)
-    got = session(ort, m, _cpu_independent_options(ort)).run(tensors, sample)
+    got = session(m, EMULATION).run(tensors, sample)
     return {t: tuple(v.shape) for t, v in zip(tensors, got)}
 
 

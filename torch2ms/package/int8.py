@@ -268,6 +268,25 @@ def make_plan(
             "precision: the model has no Cube op (Conv, ConvTranspose, MatMul, Gemm) to run in INT8",
             hint="package with --precision fp16",
         )
+    floating = judge(recipe, emu.run(int8=[]), reference)
+    found = _search_float_layers(recipe, emu, reference, exhaustive)
+    keep = set(found.keep)
+    total = sum(emu.macs) or 1
+    share = sum(m for i, m in enumerate(emu.macs) if i not in keep) / total
+    log(f"int8 plan: {n} Cube layers; all in INT8: {_summary(found.before.detail)}")
+    log(
+        f"int8 plan: {len(keep)} layer(s) kept in float, {share:.1%} of MACs in INT8: {_summary(found.verdict.detail)} "
+        f"({found.evaluated} emulations + {found.screened} to rank)"
+    )
+    plan = _plan_record(recipe, emu, found, (len(inputs), len(calib)), share, floating, exhaustive)
+    plan["emulations"] = emu.runs - runs0
+    plan["seconds"] = round(time.perf_counter() - t0, 1)
+    return plan
+
+
+def _search_float_layers(recipe, emu: Int8Emulator, reference: list[dict], exhaustive: bool):
+    """``search.search`` over the emulator's Cube layers: the fewest kept in float that meet the
+    gate (screened on ``SCREEN_SAMPLES`` samples first unless ``exhaustive``)."""
 
     def emulate_on(samples: int) -> Callable[[frozenset[int]], Verdict]:
         def evaluate(low: frozenset[int]) -> Verdict:
@@ -276,11 +295,10 @@ def make_plan(
 
         return evaluate
 
-    floating = judge(recipe, emu.run(int8=[]), reference)
     screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate_on(SCREEN_SAMPLES)
     try:
-        found = search.search(
-            n,
+        return search.search(
+            len(emu.names),
             emulate_on(len(reference)),
             screen,
             rank_budget=RANK_BUDGET,
@@ -297,15 +315,10 @@ def make_plan(
             + ")",
             hint="loosen precision.int8_rel_error or precision.int8_task_agreement, or package with --precision fp16",
         ) from None
-    before, after = found.before.detail, found.verdict.detail
-    keep = set(found.keep)
-    total = sum(emu.macs) or 1
-    share = sum(m for i, m in enumerate(emu.macs) if i not in keep) / total
-    log(f"int8 plan: {n} Cube layers; all in INT8: {_summary(before)}")
-    log(
-        f"int8 plan: {len(keep)} layer(s) kept in float, {share:.1%} of MACs in INT8: {_summary(after)} "
-        f"({found.evaluated} emulations + {found.screened} to rank)"
-    )
+
+
+def _sensitivity(found, emu: Int8Emulator) -> list[dict]:
+    """Every ranked layer with the score of the block it was measured in."""
     sens = []
     for b in found.blocks:
         measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
@@ -320,6 +333,16 @@ def make_plan(
                     "measured": measured,
                 }
             )
+    return sens
+
+
+def _plan_record(recipe, emu: Int8Emulator, found, counts, share: float, floating: dict, exhaustive: bool) -> dict:
+    """precision.json's plan (but its ``emulations`` and ``seconds``). ``counts``: (samples,
+    calibration samples)."""
+    q = recipe.quantize
+    n = len(emu.names)
+    keep = set(found.keep)
+    sens = _sensitivity(found, emu)
     by_label = {s["label"]: s for s in sens}
     return {
         "method": METHOD,
@@ -327,7 +350,7 @@ def make_plan(
             "method": q.method,
             "percentile": q.percentile if q.method == "percentile" else None,
             "per_channel": q.per_channel,
-            "samples": len(calib),
+            "samples": counts[1],
         },
         "search": {
             "how": "exhaustive: every layer alone" if exhaustive else precision_search(),
@@ -337,20 +360,18 @@ def make_plan(
             "blocks": len(found.blocks),
         },
         "bound": {"task_agreement": recipe.precision.int8_task_agreement, "rel_error": recipe.precision.int8_rel_error},
-        "samples": len(inputs),
+        "samples": counts[0],
         "layers": n,
         "macs": int(sum(emu.macs)),
         "mac_share_int8": round(share, 4),
         "mac_share_all_int8": 1.0,
         "float": floating,
-        "before": before,
-        "after": after,
+        "before": found.before.detail,
+        "after": found.verdict.detail,
         "keep_float": [by_label[emu.labels[i]] for i in found.keep],  # every kept layer was ranked
         "layers_int8": [emu.labels[i] for i in range(n) if i not in keep],
         "sensitivity": sens,
         "activation_ranges": {t: [sig(s, 6), z] for t, (s, z) in sorted(emu.qparams.items())},
-        "emulations": emu.runs - runs0,
-        "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
@@ -471,6 +492,21 @@ def _fmt(v) -> str:
 
 
 def plan_markdown(plan: dict, model: str) -> str:
+    """precision.md for an INT8 plan: the gate and the three runs, the float layers, the board's
+    two paths, the sensitivity table."""
+    lines = _md_gate_and_runs(plan, model) + _md_kept(plan) + _md_board(plan) + _md_sensitivity(plan)
+    lines += [
+        "",
+        "The emulation rounds activations and weights like the board's int8 Cube unit and accumulates in float; the",
+        "board accumulates in int32 (exact) and requantizes, and AMCT's IFMR may choose slightly different ranges.",
+        "Check on the board with `infer.py --self-check`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _md_gate_and_runs(plan: dict, model: str) -> list[str]:
+    """The title, the gate, the calibration, the search, and the float / all-INT8 / planned runs."""
     b, a, f = plan["before"], plan["after"], plan["float"]
     bound = plan["bound"]
     cal = plan["calibration"]
@@ -480,7 +516,7 @@ def plan_markdown(plan: dict, model: str) -> str:
         task = f"{m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else "-"
         return f"| {label} | {n - kept} / {n} | {share:.1%} | {_fmt(json_error(m['error']))} | {task} |"
 
-    lines = [
+    return [
         f"# INT8 plan: {model}",
         "",
         f"Gate: task agreement with PyTorch >= {bound['task_agreement']} (`precision.int8_task_agreement`) and rel "
@@ -499,6 +535,12 @@ def plan_markdown(plan: dict, model: str) -> str:
         row("INT8 with the plan", a, k, plan["mac_share_int8"]),
         "",
     ]
+
+
+def _md_kept(plan: dict) -> list[str]:
+    """The layers the plan keeps in float, or that it keeps none."""
+    k = len(plan["keep_float"])
+    lines: list[str] = []
     if not k:
         lines += ["Every Cube layer may run in INT8: `amct_quant.cfg` skips none.", ""]
     else:
@@ -510,7 +552,13 @@ def plan_markdown(plan: dict, model: str) -> str:
         if unnamed(plan):
             lines += ["", "Unnamed ONNX nodes cannot go in skip_layers: " + ", ".join(unnamed(plan))]
         lines.append("")
-    lines += [
+    return lines
+
+
+def _md_board(plan: dict) -> list[str]:
+    """The board's two paths (ATC with AMCT, MindSpore Lite) and what each quantizes."""
+    b, cal = plan["before"], plan["calibration"]
+    return [
         "## For the board",
         "",
         "- ATC path: `targets/<board>/amct_quant.cfg` lists the float layers as AMCT `skip_layers` (ONNX node names "
@@ -528,8 +576,12 @@ def plan_markdown(plan: dict, model: str) -> str:
         "- Dynamic batch is refused for INT8 (AMCT-quantized models cannot use ATC dynamic batch).",
         "",
     ]
+
+
+def _md_sensitivity(plan: dict) -> list[str]:
+    """The sensitivity table, its first ``TABLE_ROWS`` layers."""
     rows = plan["sensitivity"][:TABLE_ROWS]
-    lines += ["## Sensitivity: the gate score with one layer (or block) alone in INT8", ""]
+    lines = ["## Sensitivity: the gate score with one layer (or block) alone in INT8", ""]
     if not rows:
         lines += ["Not measured: with every layer in INT8 the outputs already meet the gate."]
     else:
@@ -555,14 +607,7 @@ def plan_markdown(plan: dict, model: str) -> str:
         )
         if len(plan["sensitivity"]) > TABLE_ROWS:
             lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | | |")
-    lines += [
-        "",
-        "The emulation rounds activations and weights like the board's int8 Cube unit and accumulates in float; the",
-        "board accumulates in int32 (exact) and requantizes, and AMCT's IFMR may choose slightly different ranges.",
-        "Check on the board with `infer.py --self-check`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 def summary(plan: dict) -> dict:

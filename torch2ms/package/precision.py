@@ -124,57 +124,14 @@ def make_plan(
     emu = emulator or Fp16Emulator(onnx_path, inputs, list(reference[0]))
     runs0 = emu.runs
     n = len(emu.names)
-    all_layers = range(n)
-
-    def emulate(samples: int) -> Callable[[frozenset[int]], Verdict]:
-        def evaluate(low: frozenset[int]) -> Verdict:
-            got = emu.run(fp32=[i for i in all_layers if i not in low], samples=samples)
-            j = judge(recipe, got, reference[:samples])
-            return Verdict(j["ok"], _json_error(j["error"]), j)
-
-        return evaluate
-
-    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate(SCREEN_SAMPLES)
-    try:
-        found = search.search(
-            n,
-            emulate(len(reference)),
-            screen,
-            rank_budget=RANK_BUDGET,
-            release_budget=RELEASE_BUDGET,
-            negligible=recipe.precision.fp16_rel_error * NEGLIGIBLE,
-            exhaustive=exhaustive,
-        )
-    except search.Unreachable as err:
-        fp32 = err.verdict.detail
-        raise RecipeError(
-            f"precision.fp16_rel_error: even with every layer in fp32 the emulated outputs miss the bound "
-            f"(rel error {fp32['error']} vs {recipe.precision.fp16_rel_error:g}"
-            + (f", {fp32['task']['metric']} {fp32['task']['agreement']}" if fp32["task"] else "")
-            + ")",
-            hint="raise precision.fp16_rel_error above onnxruntime's float32 distance from PyTorch, or package "
-            "with --precision fp32",
-        ) from None
+    found = _search_fp32_layers(recipe, emu, reference, exhaustive)
     before, after = found.before.detail, found.verdict.detail
     log(f"fp16 plan: {n} layers; all in fp16: rel error {before['error']}")
     log(
         f"fp16 plan: {len(found.keep)} layer(s) kept in fp32; rel error {after['error']} "
         f"({found.evaluated} emulations + {found.screened} on {SCREEN_SAMPLES} sample(s) to rank)"
     )
-    sens = []
-    for b in found.blocks:
-        measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
-        for i in b.members():
-            error = b.score
-            sens.append(
-                {
-                    "label": emu.labels[i],
-                    "name": emu.names[i],
-                    "op": emu.op_types[i],
-                    "error": _sig(error) if math.isfinite(error) else "inf",
-                    "measured": measured,
-                }
-            )
+    sens = _sensitivity(found, emu)
     by_label = {s["label"]: s for s in sens}
     return {
         "method": METHOD,
@@ -198,6 +155,61 @@ def make_plan(
         "emulations": emu.runs - runs0,
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _search_fp32_layers(recipe, emu: Fp16Emulator, reference: list[dict], exhaustive: bool):
+    """``search.search`` over the emulator's layers: the fewest kept in fp32 that meet the bound
+    (screened on ``SCREEN_SAMPLES`` samples first unless ``exhaustive``)."""
+    all_layers = range(len(emu.names))
+
+    def emulate(samples: int) -> Callable[[frozenset[int]], Verdict]:
+        def evaluate(low: frozenset[int]) -> Verdict:
+            got = emu.run(fp32=[i for i in all_layers if i not in low], samples=samples)
+            j = judge(recipe, got, reference[:samples])
+            return Verdict(j["ok"], _json_error(j["error"]), j)
+
+        return evaluate
+
+    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate(SCREEN_SAMPLES)
+    try:
+        return search.search(
+            len(emu.names),
+            emulate(len(reference)),
+            screen,
+            rank_budget=RANK_BUDGET,
+            release_budget=RELEASE_BUDGET,
+            negligible=recipe.precision.fp16_rel_error * NEGLIGIBLE,
+            exhaustive=exhaustive,
+        )
+    except search.Unreachable as err:
+        fp32 = err.verdict.detail
+        raise RecipeError(
+            f"precision.fp16_rel_error: even with every layer in fp32 the emulated outputs miss the bound "
+            f"(rel error {fp32['error']} vs {recipe.precision.fp16_rel_error:g}"
+            + (f", {fp32['task']['metric']} {fp32['task']['agreement']}" if fp32["task"] else "")
+            + ")",
+            hint="raise precision.fp16_rel_error above onnxruntime's float32 distance from PyTorch, or package "
+            "with --precision fp32",
+        ) from None
+
+
+def _sensitivity(found, emu: Fp16Emulator) -> list[dict]:
+    """Every ranked layer with the error of the block it was measured in."""
+    sens = []
+    for b in found.blocks:
+        measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
+        for i in b.members():
+            error = b.score
+            sens.append(
+                {
+                    "label": emu.labels[i],
+                    "name": emu.names[i],
+                    "op": emu.op_types[i],
+                    "error": _sig(error) if math.isfinite(error) else "inf",
+                    "measured": measured,
+                }
+            )
+    return sens
 
 
 # --- cache: a plan is reused while the ONNX, the samples and the bound are the same ----------------
@@ -283,6 +295,23 @@ def _fmt(v) -> str:
 
 
 def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
+    """precision.md for an fp16 plan: the bound and the two runs, the fp32 layers and how the board
+    keeps them, the sensitivity table, and (``truth``) the emulation against true fp16."""
+    lines = _md_runs(plan, model) + _md_kept(plan) + _md_sensitivity(plan)
+    if truth:
+        lines += ["", *truth_markdown(truth)]
+    lines += [
+        "",
+        "The emulation keeps accumulation in fp32 and rounds per ONNX node; the board may accumulate vector",
+        "kernels (reductions, softmax) in fp16 and rounds once per fused kernel. Check on the board with",
+        "`infer.py --self-check`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _md_runs(plan: dict, model: str) -> list[str]:
+    """The title, the bound, the search, and the all-fp16 / planned runs."""
     b, a = plan["before"], plan["after"]
     bound = plan["bound"]
     gate = f" and task agreement >= {bound['task_agreement']}" if bound["task_agreement"] is not None else ""
@@ -301,6 +330,12 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
         task = f"{m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else "-"
         lines.append(f"| {label} | {k} | {_fmt(_json_error(m['error']))} | {task} |")
     lines.append("")
+    return lines
+
+
+def _md_kept(plan: dict) -> list[str]:
+    """The layers kept in fp32 and how the board's files keep them, or that none is."""
+    lines: list[str] = []
     if not plan["keep_fp32"]:
         lines += ["Every layer may run in fp16: no keep_dtype.cfg or modify_mixlist.json is needed.", ""]
     else:
@@ -335,6 +370,12 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
         if unnamed:
             lines += ["", "Unnamed ONNX nodes cannot go in keep_dtype.cfg: " + ", ".join(k["label"] for k in unnamed)]
         lines.append("")
+    return lines
+
+
+def _md_sensitivity(plan: dict) -> list[str]:
+    """The sensitivity table, its first ``TABLE_ROWS`` layers."""
+    lines: list[str] = []
     rows = plan["sensitivity"][:TABLE_ROWS]
     lines += ["## Sensitivity: rel error at the outputs with one layer alone in fp16", ""]
     if not rows:
@@ -361,16 +402,7 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
         )
     if len(plan["sensitivity"]) > TABLE_ROWS:
         lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | |")
-    if truth:
-        lines += ["", *truth_markdown(truth)]
-    lines += [
-        "",
-        "The emulation keeps accumulation in fp32 and rounds per ONNX node; the board may accumulate vector",
-        "kernels (reductions, softmax) in fp16 and rounds once per fused kernel. Check on the board with",
-        "`infer.py --self-check`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 # --- how honest is the emulation: against true fp16 execution available here ---------------------

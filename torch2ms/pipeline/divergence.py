@@ -2,7 +2,8 @@
 
 Both sides run the stage's sample inputs (``export/reference.npz``) with every intermediate
 tensor exposed. onnxruntime runs a copy of ``model.onnx`` whose graph outputs are the tensors
-the generated code computes (``graph.load.session_with_outputs``). MindSpore runs the stage's
+the generated code computes (``graph.load.session_with_outputs``), configured as the export
+stage's check runs it (``graph.onnxrt.REFERENCE``: one reference, one configuration). MindSpore runs the stage's
 ``network.py`` in PyNative mode from a *probe* variant of its source, made at load time: the
 ``return`` of ``construct`` is replaced by one returning every variable ``tensor_map.json``
 names. Only that line differs, and the probe is compiled under the file's own path, so line
@@ -498,11 +499,12 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     """Per compared tensor: the generated code's error against onnxruntime (run as it is), and each
     statement's local error (replayed on onnxruntime's inputs), accumulated over ``samples``."""
     from torch2ms.graph.load import session_with_outputs
+    from torch2ms.graph.onnxrt import REFERENCE
     from torch2ms.runtime import msutil
 
     names = list(dict.fromkeys(e["tensor"] for e in compared))
     variables = list(dict.fromkeys(e["var"] for e in compared))
-    sess = session_with_outputs(model, names)
+    sess = session_with_outputs(model, names, purpose=REFERENCE)  # the export's check's configuration
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -302,13 +302,12 @@ def _onnxruntime_runs(model, feeds) -> bool:
 
 
 def _onnxruntime_outputs(model, feeds) -> list[np.ndarray] | None:
-    """onnxruntime's outputs for ``model`` on ``feeds``; None if it cannot load or run it."""
-    import onnxruntime as ort
+    """onnxruntime's outputs for ``model`` on ``feeds``, run as every check's reference
+    (``graph.onnxrt.REFERENCE``); None if it cannot load or run it."""
+    from torch2ms.graph.onnxrt import REFERENCE, session
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = session(model, REFERENCE)
         return [np.asarray(o) for o in sess.run(None, feeds)]
     except Exception:
         return None

@@ -117,17 +117,10 @@ def run_one(job: dict) -> ModelRow:
         {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()},
     )
     previous = ModelRow.from_dict(read_json(run_dir / RESULT))
-    env = dict(os.environ)
-    extra_path = [p for p in job.get("pythonpath", []) if p]
-    if extra_path:
-        env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    env = _worker_env(job)
     cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
     cwd = cwd if cwd and os.path.isdir(cwd) else None  # not on another Ray node
     t0 = time.monotonic()
-    peak_sampled = 0.0
-    timed_out = over_memory = False
-    limit = job.get("max_memory_mb")
     with open(run_dir / LOG, "wb") as log:
         p = subprocess.Popen(
             [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
@@ -141,22 +134,7 @@ def run_one(job: dict) -> ModelRow:
         with _live_lock:
             _live[p.pid] = p
         try:
-            while True:
-                try:
-                    p.wait(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                rss = _sampled_rss_mb(p.pid)
-                peak_sampled = max(peak_sampled, rss)
-                if limit and rss > limit:
-                    over_memory = True
-                    _kill_group(p, grace=0)
-                    break
-                if time.monotonic() - t0 > job["timeout"]:
-                    timed_out = True
-                    _kill_group(p, GRACE_S)
-                    break
+            timed_out, over_memory, peak_sampled = _watch(p, job, t0)
         finally:
             if p.poll() is None:
                 _kill_group(p, grace=0)
@@ -170,6 +148,37 @@ def run_one(job: dict) -> ModelRow:
     row = build_row(job, run_dir, status, ended, previous)
     write_json(run_dir / RESULT, row.to_dict())
     return row
+
+
+def _worker_env(job: dict) -> dict[str, str]:
+    """The worker's environment: the job's PYTHONPATH entries first, and the launcher's pid."""
+    env = dict(os.environ)
+    extra_path = [p for p in job.get("pythonpath", []) if p]
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["TORCH2MS_ZOO_PARENT"] = str(os.getpid())
+    return env
+
+
+def _watch(p: subprocess.Popen, job: dict, t0: float) -> tuple[bool, bool, float]:
+    """Wait for the worker, sampling its RSS every ``POLL_S``; kill it over the job's memory limit
+    or past its timeout. Returns (timed out, over memory, peak sampled RSS in MB)."""
+    limit = job.get("max_memory_mb")
+    peak_sampled = 0.0
+    while True:
+        try:
+            p.wait(timeout=POLL_S)
+            return False, False, peak_sampled
+        except subprocess.TimeoutExpired:
+            pass
+        rss = _sampled_rss_mb(p.pid)
+        peak_sampled = max(peak_sampled, rss)
+        if limit and rss > limit:
+            _kill_group(p, grace=0)
+            return False, True, peak_sampled
+        if time.monotonic() - t0 > job["timeout"]:
+            _kill_group(p, GRACE_S)
+            return True, False, peak_sampled
 
 
 def _stage_records(run_dir: Path, stages: dict) -> dict[str, dict]:
@@ -204,75 +213,11 @@ def _recipe_bounds(job: dict) -> tuple[float, float, float]:
 
 def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previous: ModelRow | None) -> ModelRow:
     """The model's row from its job, the worker's last status, how it ended, and its stage records."""
-    returncode = ended.returncode
     stages = dict.fromkeys(stage_names(), "not run")
     stages.update(status.get("stages") or {})
-    current = status.get("stage")
-    finished = status.get("state") == "finished"
     peak = max(ended.peak_sampled_mb, status.get("peak_rss_mb") or 0.0)
-    where = (
-        f" during stage {current!r}"
-        if current and stages.get(current) == "running"
-        else (" before the first stage" if not current else f" after stage {current!r}")
-    )
-    failure = None
-    running = current if current and stages.get(current) == "running" else None
-    if ended.timed_out:
-        model_status = "timeout"
-        failure = from_exit("timeout", running)
-        if current and stages.get(current) == "running":
-            stages[current] = "timeout"
-        reason = (
-            f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the "
-            "model's `timeout:`)"
-        )
-    elif ended.over_memory:
-        model_status = "oom"
-        failure = from_exit("oom", running)
-        if current and stages.get(current) == "running":
-            stages[current] = "oom"
-        reason = (
-            f"killed at {peak:.0f} MB RSS, over the limit of {job['max_memory_mb']:g} MB{where} (raise it with "
-            "--max-memory or max_memory_mb)"
-        )
-    elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
-        model_status = "oom"
-        failure = from_exit("oom", running)
-        if current and stages.get(current) == "running":
-            stages[current] = "oom"
-        reason = (
-            f"killed by the kernel's out-of-memory killer at {peak:.0f} MB RSS{where} (kernel log); run fewer "
-            "--jobs or set --max-memory"
-        )
-    elif finished and returncode == 0:
-        model_status = status.get("status") or "failed"
-        reason = status.get("reason", "")
-        if model_status != "passed":
-            failure = Failure(**status["failure"]) if status.get("failure") else Failure("crash")
-    else:
-        model_status = "crashed"
-        if current and stages.get(current) == "running":
-            stages[current] = "crashed"
-        if returncode is not None and returncode < 0:
-            how = f"killed by {_signal_name(returncode)}"
-            if returncode == -signal.SIGKILL:
-                how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
-        else:
-            how = f"exited with code {returncode}"
-        failure = from_exit("crashed", running, how.split(" (")[0])
-        tail = _last_line(run_dir / LOG)
-        reason = f"worker {how}{where}" + (f"; last log line: {tail}" if tail else "") + f" (log: {run_dir / LOG})"
-
+    model_status, reason, failure = _outcome(job, run_dir, status, ended, stages, peak)
     records = _stage_records(run_dir, stages)
-    worsts = [r["worst"] for r in records.values() if r.get("worst")]
-    rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
-    coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
-    worst_task = min((r["task"] for r in records.values() if r.get("task")), key=lambda t: t["agreement"], default=None)
-
-    def get(part: str, key: str):
-        """The first stage record that reports ``key`` under ``part`` (counts or extra)."""
-        return next((r[part][key] for r in records.values() if key in r.get(part, {})), None)
-
     cached = model_status == "passed" and all(s in ("up to date", "disabled") for s in stages.values())
     peak_rss = round(peak, 1) if peak else None
     if cached and previous and previous.peak_rss_mb and previous.passed:
@@ -284,6 +229,89 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         reason=reason,
         category=failure.category if failure else None,
         blockers=failure.blockers if failure else [],
+        **_record_figures(records, job),
+        peak_rss_mb=peak_rss,
+        disk_mb=round(du_mb(run_dir), 1),
+        wall_s=round(ended.wall_s, 2),
+        timeout_s=job["timeout"],
+        max_memory_mb=job.get("max_memory_mb"),
+        cached=cached,
+        exit_code=ended.returncode,
+        run_dir=str(run_dir),
+        log=str(run_dir / LOG),
+    )
+
+
+def _outcome(job: dict, run_dir: Path, status: dict, ended: WorkerExit, stages: dict, peak: float):
+    """(model status, reason, Failure or None) from how the worker ended; the stage it was running
+    in ``stages`` takes the status that ended it (timeout, oom, crashed)."""
+    returncode = ended.returncode
+    current = status.get("stage")
+    running = current if current and stages.get(current) == "running" else None
+    where = (
+        f" during stage {current!r}"
+        if running
+        else (" before the first stage" if not current else f" after stage {current!r}")
+    )
+    if status.get("state") == "finished" and returncode == 0 and not (ended.timed_out or ended.over_memory):
+        model_status = status.get("status") or "failed"
+        failure = None
+        if model_status != "passed":
+            failure = Failure(**status["failure"]) if status.get("failure") else Failure("crash")
+        return model_status, status.get("reason", ""), failure
+    if ended.timed_out:
+        model_status = "timeout"
+        reason = (
+            f"killed after the per-model timeout of {job['timeout']:g} s{where} (raise it with --timeout or the "
+            "model's `timeout:`)"
+        )
+    elif ended.over_memory:
+        model_status = "oom"
+        reason = (
+            f"killed at {peak:.0f} MB RSS, over the limit of {job['max_memory_mb']:g} MB{where} (raise it with "
+            "--max-memory or max_memory_mb)"
+        )
+    elif returncode == -signal.SIGKILL and _kernel_oom_killed(status.get("pid")):
+        model_status = "oom"
+        reason = (
+            f"killed by the kernel's out-of-memory killer at {peak:.0f} MB RSS{where} (kernel log); run fewer "
+            "--jobs or set --max-memory"
+        )
+    else:
+        return _crashed(run_dir, returncode, stages, running, where, peak)
+    if running:
+        stages[running] = model_status
+    return model_status, reason, from_exit(model_status, running)
+
+
+def _crashed(run_dir: Path, returncode, stages: dict, running, where: str, peak: float):
+    """The outcome of a worker that died or exited with an error of its own."""
+    if running:
+        stages[running] = "crashed"
+    if returncode is not None and returncode < 0:
+        how = f"killed by {_signal_name(returncode)}"
+        if returncode == -signal.SIGKILL:
+            how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
+    else:
+        how = f"exited with code {returncode}"
+    failure = from_exit("crashed", running, how.split(" (")[0])
+    tail = _last_line(run_dir / LOG)
+    reason = f"worker {how}{where}" + (f"; last log line: {tail}" if tail else "") + f" (log: {run_dir / LOG})"
+    return "crashed", reason, failure
+
+
+def _record_figures(records: dict[str, dict], job: dict) -> dict:
+    """The row's figures read from the stage records: errors, the task, the bound, counts, timings."""
+    worsts = [r["worst"] for r in records.values() if r.get("worst")]
+    rels = [w["rel_error"] for w in worsts if w.get("rel_error") is not None]
+    coss = [w["cosine"] for w in worsts if w.get("cosine") is not None]
+    worst_task = min((r["task"] for r in records.values() if r.get("task")), key=lambda t: t["agreement"], default=None)
+
+    def get(part: str, key: str):
+        """The first stage record that reports ``key`` under ``part`` (counts or extra)."""
+        return next((r[part][key] for r in records.values() if key in r.get(part, {})), None)
+
+    return dict(
         worst_rel_error=max(rels) if rels else None,
         min_cosine=min(coss) if coss else None,
         task_agreement=worst_task["agreement"] if worst_task else None,
@@ -298,13 +326,4 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         channel_waste_pct=get("counts", "channel_waste_pct"),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
-        peak_rss_mb=peak_rss,
-        disk_mb=round(du_mb(run_dir), 1),
-        wall_s=round(ended.wall_s, 2),
-        timeout_s=job["timeout"],
-        max_memory_mb=job.get("max_memory_mb"),
-        cached=cached,
-        exit_code=returncode,
-        run_dir=str(run_dir),
-        log=str(run_dir / LOG),
     )

@@ -87,20 +87,7 @@ def load_zoo(path: str | Path) -> list[ZooModel]:
 
 
 def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
-    if not isinstance(raw, dict):
-        raise RecipeError(
-            f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`),"
-            f" got {type(raw).__name__}"
-        )
-    try:
-        zoo = ZooFile.model_validate(raw)
-    except ValidationError as err:
-        lines = [f"{source}: invalid zoo file:"]
-        for e in err.errors():
-            loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-            lines.append(f"  {loc}: {error_message(e, ZooFile)}")
-        raise RecipeError("\n".join(lines)) from None
-
+    zoo = _validated_zoo(raw, source)
     problems: list[str] = []
     models: list[ZooModel] = []
     defaults = dict(zoo.defaults)
@@ -108,51 +95,24 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
     seen: dict[str, int] = {}
     for i, entry in enumerate(zoo.models):
         where = f"models[{i}]"
-        file_data: dict = {}
-        entry_base = base_dir
         entry = dict(entry)
         ref = entry.pop("recipe", None)
         n_problems = len(problems)
         limits = {**default_limits, **_pop_limits(entry, where, problems)}
         if len(problems) > n_problems:
             continue
+        file_data, entry_base = {}, base_dir
         if ref is not None:
-            if not isinstance(ref, str):
-                problems.append(f"  {where}.recipe: expected a path to a recipe YAML, got {type(ref).__name__}")
+            found = _recipe_file(ref, where, base_dir, problems)
+            if found is None:
                 continue
-            rpath = Path(ref) if Path(ref).is_absolute() else base_dir / ref
-            if not rpath.is_file():
-                problems.append(
-                    f"  {where}.recipe: {rpath}: file not found (paths are relative to the zoo file's folder)"
-                )
-                continue
-            try:
-                file_data = read_yaml(rpath) or {}
-            except RecipeError as err:
-                problems.append(f"  {where}.recipe: {err.message}")
-                continue
-            if not isinstance(file_data, dict):
-                problems.append(f"  {where}.recipe: {rpath}: a recipe must be a YAML mapping")
-                continue
-            entry_base = rpath.parent
+            file_data, entry_base = found
         merged = deep_merge(deep_merge(defaults, file_data), entry)
         label = f"{where} ({merged.get('name', 'unnamed')})"
         try:
             recipe = Recipe.model_validate({**merged, "base_dir": str(entry_base)})
         except ValidationError as err:
-            for e in err.errors():
-                loc = tuple(e["loc"])
-                dotted = ".".join(str(p) for p in loc) or "(top level)"
-                if _has_path(entry, loc):
-                    problems.append(f"  {label}.{dotted}: {error_message(e)}")
-                elif ref is not None and _has_path(file_data, loc):
-                    problems.append(f"  {label}: {ref}: {dotted}: {error_message(e)}")
-                elif _has_path(defaults, loc):
-                    msg = f"  defaults.{dotted}: {error_message(e)}"
-                    if msg not in problems:
-                        problems.append(msg)
-                else:
-                    problems.append(f"  {label}.{dotted}: {error_message(e)}")
+            _place_problems(err, label, (entry, ref, file_data, defaults), problems)
             continue
         if recipe.name in seen:
             problems.append(
@@ -168,6 +128,63 @@ def parse_zoo(raw: Any, source: str, base_dir: Path) -> list[ZooModel]:
         n = len(problems)
         raise RecipeError(f"{source}: invalid zoo file ({n} problem{'s' if n > 1 else ''}):\n" + "\n".join(problems))
     return models
+
+
+def _validated_zoo(raw: Any, source: str) -> ZooFile:
+    """The zoo file's top level checked against ``ZooFile``; every problem named at once."""
+    if not isinstance(raw, dict):
+        raise RecipeError(
+            f"{source}: a zoo file must be a YAML mapping with `models:` (and optional `defaults:`),"
+            f" got {type(raw).__name__}"
+        )
+    try:
+        return ZooFile.model_validate(raw)
+    except ValidationError as err:
+        lines = [f"{source}: invalid zoo file:"]
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {error_message(e, ZooFile)}")
+        raise RecipeError("\n".join(lines)) from None
+
+
+def _recipe_file(ref, where: str, base_dir: Path, problems: list[str]) -> tuple[dict, Path] | None:
+    """A model's ``recipe:`` file read (its data, its folder); None, with the problem noted, if it
+    cannot be."""
+    if not isinstance(ref, str):
+        problems.append(f"  {where}.recipe: expected a path to a recipe YAML, got {type(ref).__name__}")
+        return None
+    rpath = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+    if not rpath.is_file():
+        problems.append(f"  {where}.recipe: {rpath}: file not found (paths are relative to the zoo file's folder)")
+        return None
+    try:
+        file_data = read_yaml(rpath) or {}
+    except RecipeError as err:
+        problems.append(f"  {where}.recipe: {err.message}")
+        return None
+    if not isinstance(file_data, dict):
+        problems.append(f"  {where}.recipe: {rpath}: a recipe must be a YAML mapping")
+        return None
+    return file_data, rpath.parent
+
+
+def _place_problems(err: ValidationError, label: str, sources: tuple, problems: list[str]) -> None:
+    """Each recipe error named where it was written: the model's entry, its recipe file, or the
+    zoo's defaults (once). ``sources``: (entry, recipe reference, recipe file data, defaults)."""
+    entry, ref, file_data, defaults = sources
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        if _has_path(entry, loc):
+            problems.append(f"  {label}.{dotted}: {error_message(e)}")
+        elif ref is not None and _has_path(file_data, loc):
+            problems.append(f"  {label}: {ref}: {dotted}: {error_message(e)}")
+        elif _has_path(defaults, loc):
+            msg = f"  defaults.{dotted}: {error_message(e)}"
+            if msg not in problems:
+                problems.append(msg)
+        else:
+            problems.append(f"  {label}.{dotted}: {error_message(e)}")
 
 
 def select(models: list[ZooModel], only: str | None, source: str) -> list[ZooModel]:

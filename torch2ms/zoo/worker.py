@@ -47,29 +47,14 @@ def main(job_path: str) -> int:
     choice = configure_cpu(job.get("cpu_isa"))
     os.environ.setdefault("GLOG_v", "3")
 
-    from torch2ms.errors import Torch2msError
-    from torch2ms.pipeline.evidence import NOT_CHECKABLE
     from torch2ms.pipeline.report import write_reports
     from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
-    from torch2ms.stages import stage_names
     from torch2ms.zoo.disk import prune
-    from torch2ms.zoo.failures import from_check, from_exception, not_checkable
     from torch2ms.zoo.files import write_status
 
     run_dir = Path(job["out_root"]) / job["name"]
-    status = {
-        "batch": job["batch"],
-        "name": job["name"],
-        "state": "running",
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started": time.time(),
-        "stage": None,
-        "stages": dict.fromkeys(stage_names(), "not run"),
-        "status": None,
-        "reason": "",
-    }
+    status = _initial_status(job)
 
     def update(**kw) -> None:
         status.update(kw, updated=time.time(), peak_rss_mb=round(peak_rss_mb(), 1))
@@ -90,28 +75,11 @@ def main(job_path: str) -> int:
         write_reports(result)
     except Exception as err:  # a stage raised: the model failed, the worker did its job
         traceback.print_exc()
-        running = status["stage"] if status["stage"] and status["stages"].get(status["stage"]) == "running" else None
-        if running:
-            status["stages"][running] = "failed"
-        reason = str(err) if isinstance(err, Torch2msError) else f"{type(err).__name__}: {err}"
-        failure = from_exception(err, status["stage"])
-        update(
-            state="finished",
-            status="failed",
-            reason=reason,
-            failure=failure.to_dict(),
-            seconds=round(time.perf_counter() - t0, 2),
-        )
+        update(**_raised(status, err), seconds=round(time.perf_counter() - t0, 2))
         return 0
     for s in result.stages:
         status["stages"][s.stage] = s.status
-    failed = result.failed_stage
-    reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
-    failure = from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
-    unsure = next((s for s in result.stages if s.status == NOT_CHECKABLE), None)
-    if failed is None and unsure is not None:
-        reason = f"stage {unsure.stage!r} is not checkable at these inputs: {unsure.reason}"
-        failure = not_checkable(unsure.stage)
+    reason, failure = _verdict(result, run_dir)
     if result.passed and job.get("keep", "needed") != "all":
         gone = prune(runner.run_dir, runner.stages, recipe)
         if gone:
@@ -124,6 +92,52 @@ def main(job_path: str) -> int:
         seconds=round(time.perf_counter() - t0, 2),
     )
     return 0
+
+
+def _initial_status(job: dict) -> dict:
+    """zoo-status.json as the worker starts: running, no stage yet."""
+    from torch2ms.stages import stage_names
+
+    return {
+        "batch": job["batch"],
+        "name": job["name"],
+        "state": "running",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "stage": None,
+        "stages": dict.fromkeys(stage_names(), "not run"),
+        "status": None,
+        "reason": "",
+    }
+
+
+def _raised(status: dict, err: Exception) -> dict:
+    """The status fields of a run a stage raised out of; the running stage becomes failed."""
+    from torch2ms.errors import Torch2msError
+    from torch2ms.zoo.failures import from_exception
+
+    running = status["stage"] if status["stage"] and status["stages"].get(status["stage"]) == "running" else None
+    if running:
+        status["stages"][running] = "failed"
+    reason = str(err) if isinstance(err, Torch2msError) else f"{type(err).__name__}: {err}"
+    failure = from_exception(err, status["stage"])
+    return {"state": "finished", "status": "failed", "reason": reason, "failure": failure.to_dict()}
+
+
+def _verdict(result, run_dir: Path):
+    """(reason, Failure or None) of a run that ended: the failed stage's, else a not-checkable one's."""
+    from torch2ms.pipeline.evidence import NOT_CHECKABLE
+    from torch2ms.zoo.failures import from_check, not_checkable
+
+    failed = result.failed_stage
+    reason = f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}" if failed else ""
+    failure = from_check(failed.stage, failed.record, run_dir / failed.stage) if failed else None
+    unsure = next((s for s in result.stages if s.status == NOT_CHECKABLE), None)
+    if failed is None and unsure is not None:
+        reason = f"stage {unsure.stage!r} is not checkable at these inputs: {unsure.reason}"
+        failure = not_checkable(unsure.stage)
+    return reason, failure
 
 
 if __name__ == "__main__":

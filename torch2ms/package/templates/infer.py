@@ -389,6 +389,41 @@ def token_inputs(tokens: str, pad_id: int, specs: list[dict]) -> list[np.ndarray
 
 
 def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if not args.self_check and not args.input and args.tokens is None:
+        p.error("give an INPUT file, --tokens or --self-check")
+    manifest = load_manifest()
+    detecting = manifest["postprocess"]["kind"] == "detection"
+    out = Path(args.out or ("detections" if detecting else "prediction"))
+    model_path = (HERE / args.model) if not Path(args.model).is_absolute() else Path(args.model)
+    problem = _missing_model(model_path, manifest)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    model = Model(model_path, args.device or _default_device())
+    print(
+        f"{manifest['model']['name']} {manifest['model']['version']}: {model_path.name} on {model.runtime}",
+        file=sys.stderr,
+    )
+    if args.self_check:
+        return 0 if self_check(model, manifest, args.rtol) else 1
+    try:
+        if detecting and args.tokens is None and not all(Path(a).suffix == ".npy" for a in args.input):
+            x, rgb, geometry = detection_input(_one_image(args.input), manifest)
+            result = detections(model([x]), manifest, rgb, geometry, out, args.conf)
+            print(json.dumps({**result, "detections": len(result["detections"])}, indent=2))
+            return 0
+        arrays = _model_inputs(args, manifest)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = postprocess(model(arrays), manifest, out)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("input", nargs="*", help="an image file (jpg/png/...), or one .npy per model input")
     p.add_argument("--tokens", default=None, help='token ids for a token-id model, e.g. "101 2023 102"')
@@ -415,71 +450,57 @@ def main(argv: list[str] | None = None) -> int:
             "compatibility.md)"
         ),
     )
-    args = p.parse_args(argv)
-    if not args.self_check and not args.input and args.tokens is None:
-        p.error("give an INPUT file, --tokens or --self-check")
-    manifest = load_manifest()
-    detecting = manifest["postprocess"]["kind"] == "detection"
-    out = Path(args.out or ("detections" if detecting else "prediction"))
-    model_path = (HERE / args.model) if not Path(args.model).is_absolute() else Path(args.model)
+    return p
+
+
+def _missing_model(model_path: Path, manifest: dict) -> str | None:
+    """Why ``model_path`` cannot run (not there, or its weights folder was not copied), if so."""
     if not model_path.is_file():
-        print(
-            f"error: {model_path} not found; run a targets/*/converter_lite.sh first or pass --model", file=sys.stderr
-        )
-        return 2
+        return f"{model_path} not found; run a targets/*/converter_lite.sh first or pass --model"
     # over 1 GB of weights the MindIR keeps them in model/network_variables/, beside the graph
     weights = [n for n in manifest["files"] if n.startswith("model/network_variables/")]
     lost = [n for n in weights if model_path == HERE / "model" / "network.mindir" and not (HERE / n).is_file()]
     if lost:
-        print(f"error: {model_path} needs its weights {', '.join(lost)}; copy the whole model/ folder", file=sys.stderr)
-        return 2
-    device = args.device
-    if device is None:
-        try:
-            import mindspore_lite  # noqa: F401
+        return f"{model_path} needs its weights {', '.join(lost)}; copy the whole model/ folder"
+    return None
 
-            device = "ascend"
-        except ImportError:
-            device = "cpu"
-    model = Model(model_path, device)
-    print(
-        f"{manifest['model']['name']} {manifest['model']['version']}: {model_path.name} on {model.runtime}",
-        file=sys.stderr,
-    )
-    if args.self_check:
-        return 0 if self_check(model, manifest, args.rtol) else 1
-    specs = manifest["inputs"]
+
+def _default_device() -> str:
+    """ascend where MindSpore Lite is installed, else cpu."""
     try:
-        if args.tokens is not None:
-            arrays = token_inputs(args.tokens, args.pad_id, specs)
-        elif all(Path(a).suffix == ".npy" for a in args.input):
-            missing = [a for a in args.input if not Path(a).is_file()]
-            if missing:
-                raise InputError(f"{missing[0]}: no such file")
-            if len(args.input) != len(specs):
-                raise InputError(
-                    f"the model takes {len(specs)} inputs ({', '.join(i['name'] for i in specs)}), got "
-                    f"{len(args.input)} .npy files"
-                )
-            arrays = [load_array(Path(a), spec) for a, spec in zip(args.input, specs)]
-        else:
-            src = Path(args.input[0])
-            if len(args.input) != 1 or not src.is_file():
-                raise InputError(f"{args.input}: give one existing image file, or one .npy per model input")
-            if detecting:
-                x, rgb, geometry = detection_input(src, manifest)
-                result = detections(model([x]), manifest, rgb, geometry, out, args.conf)
-                print(json.dumps({**result, "detections": len(result["detections"])}, indent=2))
-                return 0
-            if not manifest["preprocess"].get("image_input"):
-                raise InputError("this model's input is not a 3-channel image; pass .npy tensors (or --tokens)")
-            arrays = [preprocess(src, manifest)]
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = postprocess(model(arrays), manifest, out)
-    print(json.dumps(result, indent=2))
-    return 0
+        import mindspore_lite  # noqa: F401
+
+        return "ascend"
+    except ImportError:
+        return "cpu"
+
+
+def _one_image(inputs: list[str]) -> Path:
+    src = Path(inputs[0]) if inputs else None
+    if len(inputs) != 1 or not src.is_file():
+        raise InputError(f"{inputs}: give one existing image file, or one .npy per model input")
+    return src
+
+
+def _model_inputs(args, manifest: dict) -> list[np.ndarray]:
+    """The model's input arrays from --tokens, one .npy per input, or one image."""
+    specs = manifest["inputs"]
+    if args.tokens is not None:
+        return token_inputs(args.tokens, args.pad_id, specs)
+    if all(Path(a).suffix == ".npy" for a in args.input):
+        missing = [a for a in args.input if not Path(a).is_file()]
+        if missing:
+            raise InputError(f"{missing[0]}: no such file")
+        if len(args.input) != len(specs):
+            raise InputError(
+                f"the model takes {len(specs)} inputs ({', '.join(i['name'] for i in specs)}), got "
+                f"{len(args.input)} .npy files"
+            )
+        return [load_array(Path(a), spec) for a, spec in zip(args.input, specs)]
+    src = _one_image(args.input)
+    if not manifest["preprocess"].get("image_input"):
+        raise InputError("this model's input is not a 3-channel image; pass .npy tensors (or --tokens)")
+    return [preprocess(src, manifest)]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""Functions that read top to bottom: none in the stage, runner, package and zoo code is longer
+than ``MAX_LINES`` (its ``def`` line to its last, docstring and decorators' arguments included).
+A longer one is split into named steps; the failure names each with its length."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch2ms
+
+MAX_LINES = 70
+PACKAGES = ("stages", "pipeline", "package", "zoo")
+
+
+def long_functions(root: Path, limit: int) -> list[str]:
+    """``path:line name (n lines)`` for every function under ``root`` longer than ``limit``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_no_function_over_the_limit():
+    package = Path(torch2ms.__file__).parent
+    found = [f for p in PACKAGES for f in long_functions(package / p, MAX_LINES)]
+    assert not found, f"functions over {MAX_LINES} lines, split them into named steps:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_a_long_function(tmp_path):
+    """The scan is not blind: a generated 80-line function is reported with its length."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "m.py").write_text("def f():\n" + "    x = 1\n" * 79 + "\ndef g():\n    return 1\n")
+    assert long_functions(pkg, MAX_LINES) == ["pkg/m.py:1 f (80 lines)"]
