@@ -52,12 +52,12 @@ class CompileStage(Stage):
         release_freed()
 
         variants = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
-        cells, calls, first = {}, {}, {}
+        cells, calls, first, last = {}, {}, {}, {}
         for gk in variants:
             key = "graph_kernel" if gk else "graph"
             self._mode(ms, spec, gk)
             cells[key] = msutil.build_network(src, f"compile_{key}")
-            calls[key] = self._call(ms, spec, cells[key], gk, inputs[0])
+            calls[key] = self._call(ms, spec, cells[key], gk, inputs[0], last.setdefault(key, {}))
             first[key] = latency.time_call(calls[key])  # compiles
             for _ in range(spec.warmup):
                 calls[key]()
@@ -68,7 +68,11 @@ class CompileStage(Stage):
         release_freed()
         timings = {k: latency.summary(first[k], times[k]) for k in times}
         self._mode(ms, spec, chosen == "graph_kernel")
-        outputs = msutil.run_cell(cells[chosen], inputs, names)
+        # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
+        # sample's outputs (the same cell on the same input), not recomputed; the check compares the
+        # same samples as before, and the other samples run here.
+        outputs = [dict(zip(names, last[chosen]["outputs"]))] + msutil.run_cell(cells[chosen], inputs[1:], names)
+        last.clear()
         ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
         extra = {
             "source": src.name,
@@ -87,14 +91,16 @@ class CompileStage(Stage):
     def _mode(ms, spec, graph_kernel: bool) -> None:
         msutil.set_graph_mode(ms, graph_kernel, spec.graph_kernel_flags if graph_kernel else "", spec.jit_level)
 
-    def _call(self, ms, spec, cell, graph_kernel: bool, sample):
+    def _call(self, ms, spec, cell, graph_kernel: bool, sample, last: dict):
         """One materialised call of ``cell`` under its own mode (the variants' calls interleave; a
-        compiled cell keeps its graph when the context switches)."""
+        compiled cell keeps its graph when the context switches). Each call leaves its outputs, as
+        arrays, in ``last["outputs"]`` (replacing the previous call's)."""
         args = [ms.Tensor(v) for v in sample.values()]
 
         def call():
             self._mode(ms, spec, graph_kernel)
             out = cell(*args)
-            (out[0] if isinstance(out, (tuple, list)) else out).asnumpy()
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            last["outputs"] = [o.asnumpy() for o in outs]
 
         return call
