@@ -93,4 +93,35 @@ def test_faster_variant_stops_once_decided_and_says_when_it_is_not():
 
     same = {"a": lambda: time.sleep(0.002), "b": lambda: time.sleep(0.002)}
     _, times, decision = latency.faster_variant(same, max_rounds=4, alpha=1e-6)  # no 4 rounds reach 1e-6
-    assert decision["rounds"] == 4 and not decision["decided"] and len(times["a"]) == 4
+    # stopped after min_rounds: 4 calls each all ranking one way give p = 1/70 at best
+    assert decision["rounds"] == 3 and not decision["decided"] and len(times["a"]) == 3
+    assert decision["stopped"] == "no 4 rounds reach p <= 1e-06"
+
+
+@pytest.mark.parametrize(
+    "a, b, k",
+    [([1.0, 5.0, 3.0], [4.0, 2.0, 6.0], 2), ([1.0, 2.0], [3.0, 4.0], 3), ([9.0, 8.0, 7.0], [1.0, 2.0, 3.0], 4)],
+)
+def test_best_reachable_p_is_the_p_of_the_most_one_sided_continuation(a, b, k):
+    # the continuation: k more calls of a, each faster than every call, and k of b, each slower
+    low, high = min(a + b) - 1.0, max(a + b) + 1.0
+    want = mannwhitneyu(a + [low] * k, b + [high] * k, alternative="less", method="exact").pvalue
+    assert latency.best_reachable_p(a, b, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_faster_variant_stops_once_no_remaining_round_can_decide(monkeypatch):
+    # two equally fast variants whose calls alternate in rank: the scripted seconds of each call
+    script = iter([1.0, 2.0] * 20)  # a wins the even rounds, b (timed first there) the odd ones
+    monkeypatch.setattr(latency, "time_call", lambda call: next(script))
+    chosen, times, decision = latency.faster_variant({"a": None, "b": None}, max_rounds=10)
+    rounds = decision["rounds"]
+    assert 3 <= rounds < 10 and not decision["decided"] and decision["stopped"]
+    # at the stop, even the most one-sided rest of the 10 rounds leaves p above 0.05, either way
+    for x, y in (("a", "b"), ("b", "a")):
+        low, high = min(times["a"] + times["b"]) - 1, max(times["a"] + times["b"]) + 1
+        rest = 10 - rounds
+        p = mannwhitneyu(times[x] + [low] * rest, times[y] + [high] * rest, alternative="less", method="exact")
+        assert p.pvalue > 0.05
+    # one round earlier it could still have been decided (it stops at the first such round)
+    earlier = {k: v[:-1] for k, v in times.items()}
+    assert min(latency.best_reachable_p(earlier[x], earlier[y], rest + 1) for x, y in (("a", "b"), ("b", "a"))) <= 0.05

@@ -1,0 +1,77 @@
+"""The loader's onnxruntime shape run keeps only the live activations (execution order by node
+index), and the order it runs in changes no inferred shape or folded constant."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import torch2ms.graph.load as load
+from torch2ms.graph import onnxrt
+
+CHAIN = textwrap.dedent(
+    """
+    import resource
+    from onnx import TensorProto, helper
+    from torch2ms.graph.load import graph_from_model
+    n = 40  # 40 activations of 8 MB: 320 MB if all stay alive until the appended Shape nodes run
+    nodes = [helper.make_node("Relu", [f"x{i}"], [f"x{i + 1}"], name=f"r{i}") for i in range(n)]
+    io = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 8, 512, 512]) for i in (0, n)]
+    model = helper.make_model(
+        helper.make_graph(nodes, "chain", io[:1], io[1:]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    graph = graph_from_model(model, 17, {"x0": (1, 8, 512, 512)})
+    assert graph.values[f"x{n}"].shape == (1, 8, 512, 512)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    """
+)
+
+
+def test_shape_run_holds_only_live_activations():
+    # a fresh process: its peak RSS is this load's (the default order measured 328 MB here)
+    out = subprocess.run([sys.executable, "-c", CHAIN], capture_output=True, text=True, check=True)
+    grew_mb = float(out.stdout.strip().splitlines()[-1])
+    assert grew_mb < 100, f"the shape run grew the peak RSS by {grew_mb:.0f} MB"
+
+
+def _reshaping_model():
+    """Conv -> Shape -> Gather(0) -> Concat -> Reshape: a batch-following size folded to a constant."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], np.random.default_rng(0).random(108).tolist())
+    idx = helper.make_tensor("idx", TensorProto.INT64, [1], [0])
+    rest = helper.make_tensor("rest", TensorProto.INT64, [1], [-1])
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "idx"], ["b"], name="gather", axis=0),
+        helper.make_node("Concat", ["b", "rest"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"], name="reshape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w, idx, rest],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_execution_order_changes_no_shape_or_constant(monkeypatch):
+    def loaded(node_order, batch):
+        monkeypatch.setattr(onnxrt, "SHAPES", dataclasses.replace(onnxrt.SHAPES, node_order=node_order))
+        return load.graph_from_model(_reshaping_model(), 17, {"x": (batch, 3, 16, 16)})
+
+    for batch in (1, 2):
+        a, b = loaded(False, batch), loaded(True, batch)
+        assert [(n.name, n.inputs) for n in a.nodes] == [(n.name, n.inputs) for n in b.nodes]
+        assert a.values["y"].shape == b.values["y"].shape == (batch, 4 * 16 * 16)
+        assert np.array_equal(a.values["target"].const, b.values["target"].const)
+        assert list(b.values["target"].const) == [batch, -1]
+        assert {k: v.shape for k, v in a.values.items()} == {k: v.shape for k, v in b.values.items()}
