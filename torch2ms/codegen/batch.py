@@ -15,6 +15,15 @@ It is written as ``batch``, ``batch * a`` or ``batch * a + c``, where the first 
 of the literal it replaces, so the code is exact at the recipe's batch whatever happens; other
 sizes are checked by running it there (the mindir stage and ``verify`` at every listed batch).
 
+A folded integer constant whose values move with the batch is an index grid when each element is
+affine in its coordinates (transformers' padding mask gathers ``flatten(mask)`` at
+``b * seq + s``, folded from ``arange(batch)``)::
+
+    C[i0, i1, ...] = offset + sum_k coef_k * i_k
+
+It is computed in the code (``index_grid(shape, coefs, offset, dtype)``), whose literal shape and
+coefficients then follow the batch like any other size.
+
 Anything else that differs between the two conversions (a layer argument, a stored constant, a
 float, the graph itself) means the network's code depends on the batch in a way a symbol cannot
 express: ``BatchDependent`` says where.
@@ -28,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch2ms.converters.api import literal
+from torch2ms.converters.api import literal, ms_dtype
 from torch2ms.graph.ir import Graph, Node, Value
 
 # After these tokens (and before the closing ones) a compound ``batch * a + c`` needs no parentheses.
@@ -152,10 +161,50 @@ def batch_row(first: np.ndarray, other: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(row)
 
 
+def affine_grid(array: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """``(offset, coefs)`` when every element of the integer ``array`` is ``offset + sum_k coefs[k]
+    * i_k`` at coordinates ``(i_0, i_1, ...)``, else None."""
+    if array.dtype.kind not in "iu" or array.size == 0 or array.ndim == 0:
+        return None
+    offset = int(array.flat[0])
+    coefs = tuple(
+        int(array[(0,) * k + (1,) + (0,) * (array.ndim - k - 1)]) - offset if n > 1 else 0
+        for k, n in enumerate(array.shape)
+    )
+    grid = np.full(array.shape, offset, np.int64)
+    for k, (n, a) in enumerate(zip(array.shape, coefs)):
+        if a:
+            view = [1] * array.ndim
+            view[k] = n
+            grid = grid + np.arange(n, dtype=np.int64).reshape(view) * a
+    return (offset, coefs) if np.array_equal(grid, array) else None
+
+
+INDEX_GRID = '''def index_grid(shape, coefs, offset, dtype):
+    """The integer tensor of ``shape`` whose element (i0, i1, ...) is offset + sum(coefs[k] * ik):
+    an index constant computed here, so that it follows the input's sizes."""
+    out = ops.zeros((), dtype) + offset
+    for k in range(len(shape)):
+        if coefs[k] != 0:
+            view = [1] * len(shape)
+            view[k] = -1
+            out = out + ops.reshape(ops.arange(0, shape[k], 1, dtype=dtype), tuple(view)) * coefs[k]
+    return ops.broadcast_to(out, shape)
+'''
+
+
+def grid_expr(sink, array: np.ndarray) -> str:
+    """``index_grid(...)`` code for ``array``, an affine index grid."""
+    offset, coefs = affine_grid(array)
+    name = sink.define("index_grid", INDEX_GRID)
+    return f"{name}({tuple(array.shape)!r}, {coefs!r}, {offset}, {ms_dtype(array.dtype)})"
+
+
 class Recorder:
     """Wraps the code builder during the first conversion of a node and logs what the emitter
-    declared (stored tensors, layers, helper definitions) with the names it got back. A folded
-    constant whose shape moves with the batch is stored as one slice and broadcast (``batch_row``)."""
+    declared (stored tensors, layers, helper definitions) with the names it got back. A stored
+    tensor gets a placeholder name until the other conversion has declared its own (``Replay``,
+    then ``resolve_tensors``)."""
 
     def __init__(self, inner, other: Graph):
         self.inner = inner
@@ -166,17 +215,9 @@ class Recorder:
         return self.inner.var(value)
 
     def const_expr(self, value: Value) -> str:
-        twin = self.other.values.get(value.name)
-        if not _scalar(value) and twin is not None and twin.const is not None and twin.const.shape != value.const.shape:
-            row = batch_row(value.const, twin.const)
-            if row is not None:
-                name = self.inner.tensor(row, value.name)
-                self.log.append(("broadcast", row, name))
-                return f"ops.broadcast_to({name}, {tuple(value.const.shape)!r})"
-        out = self.inner.const_expr(value)
-        if not _scalar(value):
-            self.log.append(("tensor", value.const, out))
-        return out
+        if _scalar(value):
+            return literal(value.const.item())
+        return self.tensor(value.const, value.name)
 
     def add_layer(self, node, callee, args, kwargs, params) -> str:
         out = self.inner.add_layer(node, callee, args, kwargs, params)
@@ -184,8 +225,8 @@ class Recorder:
         return out
 
     def tensor(self, array, hint) -> str:
-        out = self.inner.tensor(array, hint)
-        self.log.append(("tensor", np.asarray(array), out))
+        out = f"{_PLACEHOLDER}{len(self.log)}"
+        self.log.append(("tensor", (np.asarray(array), hint), out))
         return out
 
     def define(self, name: str, source: str) -> str:
@@ -196,13 +237,15 @@ class Recorder:
 
 class Replay:
     """The sink of the second conversion of a node (at the other batch): hands back the names the
-    first conversion got, after checking it declared the same things."""
+    first conversion got, after checking it declared the same things; ``tensors`` pairs each
+    stored tensor's placeholder with both arrays."""
 
     def __init__(self, inner, log: list[tuple], where: str, batches: tuple[int, int]):
         self.inner = inner
         self.log = list(log)
         self.where = where
         self.batches = batches
+        self.tensors: list[tuple[str, str, np.ndarray, np.ndarray]] = []  # placeholder, hint, first, other
 
     def _next(self, kind: str, what: str):
         if not self.log or self.log[0][0] != kind:
@@ -215,20 +258,11 @@ class Replay:
     def const_expr(self, value: Value) -> str:
         if _scalar(value):
             return literal(value.const.item())
-        if self.log and self.log[0][0] == "broadcast":
-            row, name = self._next("broadcast", "a constant")
-            return f"ops.broadcast_to({name}, {tuple(value.const.shape)!r})"
         return self.tensor(value.const, value.name)
 
     def tensor(self, array, hint) -> str:
-        first, out = self._next("tensor", f"a constant ({hint})")
-        array = np.asarray(array)
-        if first.shape != array.shape or first.dtype != array.dtype or not np.array_equal(first, array):
-            b, o = self.batches
-            raise BatchDependent(
-                f"{self.where}: the constant {hint!r} depends on the batch (shape {list(first.shape)} at batch {b}, "
-                f"{list(array.shape)} at batch {o}); it is stored, not computed, so it cannot follow the input"
-            )
+        (first, first_hint), out = self._next("tensor", f"a constant ({hint})")
+        self.tensors.append((out, first_hint, first, np.asarray(array)))
         return out
 
     def add_layer(self, node, callee, args, kwargs, params) -> str:
@@ -251,6 +285,31 @@ class Replay:
     def done(self) -> None:
         if self.log:
             raise BatchDependent(f"{self.where}: declares a {self.log[0][0]} only at batch {self.batches[0]}")
+
+    def resolve_tensors(self, expr: str, other_expr: str) -> tuple[str, str]:
+        """Both conversions' code with each stored tensor's placeholder replaced: the same array at
+        both sizes is stored once; one that moves with the batch is stored as a repeated slice and
+        broadcast (``batch_row``), or computed (``affine_grid``); anything else is refused."""
+        for placeholder, hint, first, other in reversed(self.tensors):  # placeholder 1 is a prefix of 10
+            if first.shape == other.shape and first.dtype == other.dtype and np.array_equal(first, other):
+                a = b = self.inner.tensor(first, hint)
+            elif (row := batch_row(first, other)) is not None:
+                name = self.inner.tensor(row, hint)
+                a, b = (f"ops.broadcast_to({name}, {tuple(x.shape)!r})" for x in (first, other))
+            elif first.ndim == other.ndim and affine_grid(first) and affine_grid(other):
+                a, b = grid_expr(self.inner, first), grid_expr(self.inner, other)
+            else:
+                size, other_size = self.batches
+                raise BatchDependent(
+                    f"{self.where}: the constant {hint!r} depends on the batch (shape {list(first.shape)} at batch "
+                    f"{size}, {list(other.shape)} at batch {other_size}); it is stored, not computed, so it cannot "
+                    "follow the input"
+                )
+            expr, other_expr = expr.replace(placeholder, a), other_expr.replace(placeholder, b)
+        return expr, other_expr
+
+
+_PLACEHOLDER = "self.__t2ms_batch_tensor_"  # a stored tensor is "self.<name>" (Emitter.tensor)
 
 
 def _scalar(value: Value) -> bool:

@@ -174,6 +174,7 @@ class CodeBuilder:
         except (Unsupported, ValueError, IndexError, KeyError) as err:  # a converter given the other shapes
             raise BatchDependent(f"{where}: converts at batch {b.batch} but not at batch {b.other}: {err}") from None
         replay.done()
+        expr, other_expr = replay.resolve_tensors(expr, other_expr)
         expr, used = merge(expr, other_expr, b.batch, b.other, self.batch_var, where)
         self.batch_used |= used
         return em, expr
