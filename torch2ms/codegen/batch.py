@@ -58,13 +58,44 @@ class BatchVariant:
     other: int  # this graph's batch
     source: str  # the graph input whose dimension 0 is the batch
 
-    def __post_init__(self) -> None:
-        self.nodes = {n.name: n for n in self.graph.nodes}
+    # a sequence-length profile (``inputs[].sequence``): the graph at (batch, seq + 1) and at
+    # (other, seq + 1), dimension 1 of ``seq_source`` being the length; sizes then fit
+    # n = d + a * batch + c * seq + e * batch * seq (a token axis flattened for a Dense is batch * seq)
+    seq: int | None = None
+    seq_source: str | None = None
+    seq_graphs: tuple[Graph, ...] = ()
+    batch_moves: bool = True  # False: only the length is a symbol (no inputs[].batch list)
+    # the graph at the longest listed length: a folded table lookup (position embeddings) is stored
+    # at that length and sliced to ``seq``
+    longest: Graph | None = None
 
-    def node_for(self, node: Node) -> Node:
-        other = self.nodes.get(node.name)
+    def __post_init__(self) -> None:
+        self.nodes = [{n.name: n for n in g.nodes} for g in self.graphs()]
+
+    def graphs(self) -> list[Graph]:
+        """The other graphs, in the order of ``points()[1:]``."""
+        if self.seq is None:
+            return [self.graph]
+        return [self.graph, *self.seq_graphs] if self.batch_moves else list(self.seq_graphs[:1])
+
+    def points(self) -> list[tuple[int, ...]]:
+        """The sizes of the primary graph and of each other graph: (batch,), (seq,) or (batch, seq)."""
+        b, o, s = self.batch, self.other, self.seq
+        if s is None:
+            return [(b,), (o,)]
+        if not self.batch_moves:
+            return [(s,), (s + 1,)]
+        return [(b, s), (o, s), (b, s + 1), (o, s + 1)]
+
+    def describe(self, k: int) -> str:
+        """The sizes of point ``k`` in words."""
+        names = ("seq",) if self.seq is not None and not self.batch_moves else ("batch", "seq")
+        return ", ".join(f"{n} {v}" for n, v in zip(names, self.points()[k]))
+
+    def node_for(self, node: Node, k: int = 0) -> Node:
+        other = self.nodes[k].get(node.name)
         if other is None or other.op_type != node.op_type or other.inputs != node.inputs:
-            raise BatchDependent(f"{node.op_type} node {node.name!r} is not in the graph at batch {self.other}")
+            raise BatchDependent(f"{node.op_type} node {node.name!r} is not in the graph at {self.describe(k + 1)}")
         return other
 
 
@@ -89,6 +120,84 @@ def batch_expr(a: int, c: int, name: str) -> str:
     if c:
         text += f" + {c}" if c > 0 else f" - {-c}"
     return text
+
+
+def fit_expr(values: list[int], points: list[tuple[int, ...]], names: list[str]) -> str | None:
+    """The integers ``values`` at ``points`` as code in the symbols ``names``: one symbol from two
+    points (``a * x + c``), two from the square (b, s), (b + 1, s), (b, s + 1), (b + 1, s + 1)
+    (``d + a * x + c * y + e * x * y``); None when a symbol's step does not divide the change."""
+    if len(names) == 1:
+        (p0,), (p1,) = points
+        a, rest = divmod(values[1] - values[0], p1 - p0)
+        if rest or a == 0:
+            return None
+        return batch_expr(a, values[0] - a * p0, names[0])
+    (b, s), n00, n10, n01, n11 = points[0], *values
+    e = n11 - n10 - n01 + n00
+    a = n10 - n00 - e * s
+    c = n01 - n00 - e * b
+    d = n00 - a * b - c * s - e * b * s
+    terms = [(e, f"{names[0]} * {names[1]}"), (a, names[0]), (c, names[1]), (d, "")]
+    text = ""
+    for k, t in terms:
+        if k == 0:
+            continue
+        body = t if abs(k) == 1 and t else f"{t} * {abs(k)}" if t else str(abs(k))
+        text += (" - " if k < 0 else " + ") + body if text else ("-" if k < 0 else "") + body
+    return text
+
+
+def merge_all(exprs: list[str], points: list[tuple[int, ...]], names: list[str], where: str) -> tuple[str, set[str]]:
+    """``exprs[0]`` with every integer that differs between the conversions at ``points`` written
+    in the symbols ``names`` (``fit_expr``); ``(code, the symbols used)``. Anything else that
+    differs raises ``BatchDependent``."""
+    if all(e == exprs[0] for e in exprs[1:]):
+        return exprs[0], set()
+    expr = exprs[0]
+
+    def mismatch(k: int) -> BatchDependent:
+        return BatchDependent(
+            f"{where}: the code differs beyond its sizes between {points[0]} and {points[k]} ({', '.join(names)}): "
+            f"{expr!r} vs {exprs[k]!r}"
+        )
+
+    try:
+        toks = [_tokens(e) for e in exprs]
+    except (tokenize.TokenError, SyntaxError):
+        raise mismatch(1) from None
+    for k, t in enumerate(toks[1:], 1):
+        if len(t) != len(toks[0]):
+            raise mismatch(k)
+    lines = expr.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    edits, used = [], set()
+    ta = toks[0]
+    for j, x in enumerate(ta):
+        column = [t[j] for t in toks]
+        if all(y.type == x.type and y.string == x.string for y in column):
+            continue
+        for k, y in enumerate(column):
+            if x.type != tokenize.NUMBER or y.type != tokenize.NUMBER:
+                raise mismatch(k)
+        try:
+            values = [int(y.string) for y in column]
+        except ValueError:  # a float that moves with the sizes (a scale): not a size
+            raise mismatch(1) from None
+        text = fit_expr(values, points, names)
+        if text is None:
+            raise mismatch(1)
+        used.update(n for n in names if n in text.replace("*", " ").replace("-", " ").split())
+        before = ta[j - 1].string if j else "("
+        after = ta[j + 1].string if j + 1 < len(ta) else ")"
+        if (" " in text or text.startswith("-")) and (before not in _OPENERS or after not in _CLOSERS):
+            text = f"({text})"
+        (r0, c0), (r1, c1) = x.start, x.end
+        edits.append((starts[r0 - 1] + c0, starts[r1 - 1] + c1, text))
+    for begin, end, text in reversed(edits):
+        expr = expr[:begin] + text + expr[end:]
+    return expr, used
 
 
 def _tokens(expr: str) -> list[tokenize.TokenInfo]:
@@ -161,6 +270,23 @@ def batch_row(first: np.ndarray, other: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(row)
 
 
+def repeated_row(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """``batch_row`` over the arrays at every point: the first slice along the axes whose size
+    moves, when every array repeats it along them."""
+    first = arrays[0]
+    if any(a.ndim != first.ndim or a.dtype != first.dtype for a in arrays):
+        return None
+    axes = tuple(k for k in range(first.ndim) if len({a.shape[k] for a in arrays}) > 1)
+    if not axes or any(a.shape[k] == 0 for a in arrays for k in axes):
+        return None
+    index = tuple(slice(0, 1) if k in axes else slice(None) for k in range(first.ndim))
+    row = first[index]
+    for a in arrays:
+        if not np.array_equal(a[index], row) or not np.array_equal(np.broadcast_to(row, a.shape), a):
+            return None
+    return np.ascontiguousarray(row)
+
+
 def affine_grid(array: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
     """``(offset, coefs)`` when every element of the integer ``array`` is ``offset + sum_k coefs[k]
     * i_k`` at coordinates ``(i_0, i_1, ...)``, else None."""
@@ -193,9 +319,30 @@ INDEX_GRID = '''def index_grid(shape, coefs, offset, dtype):
 '''
 
 
-def grid_expr(sink, array: np.ndarray) -> str:
-    """``index_grid(...)`` code for ``array``, an affine index grid."""
-    offset, coefs = affine_grid(array)
+def grid_fits(arrays: list[np.ndarray]) -> list[tuple[int, tuple[int, ...]]] | None:
+    """``affine_grid`` of every array, or None. An axis of size 1 gives no coefficient; it takes
+    the one of an array where that axis is longer and every other axis the same size (a stride
+    depends on the sizes of the other axes, not its own), so the coefficients fit across sizes."""
+    fits = [affine_grid(a) if a.ndim == arrays[0].ndim else None for a in arrays]
+    if any(f is None for f in fits):
+        return None
+    out = []
+    for a, (offset, coefs) in zip(arrays, fits):
+        coefs = list(coefs)
+        for k, n in enumerate(a.shape):
+            if n != 1:
+                continue
+            for b, (_, other) in zip(arrays, fits):
+                if b.shape[k] > 1 and all(x == y for m, (x, y) in enumerate(zip(a.shape, b.shape)) if m != k):
+                    coefs[k] = other[k]
+                    break
+        out.append((offset, tuple(coefs)))
+    return out
+
+
+def grid_expr(sink, array: np.ndarray, fit: tuple[int, tuple[int, ...]] | None = None) -> str:
+    """``index_grid(...)`` code for ``array``, an affine index grid (``fit``: its offset and coefficients)."""
+    offset, coefs = fit or affine_grid(array)
     name = sink.define("index_grid", INDEX_GRID)
     return f"{name}({tuple(array.shape)!r}, {coefs!r}, {offset}, {ms_dtype(array.dtype)})"
 
@@ -249,7 +396,7 @@ class Replay:
 
     def _next(self, kind: str, what: str):
         if not self.log or self.log[0][0] != kind:
-            raise BatchDependent(f"{self.where}: declares {what} only at batch {self.batches[1]}")
+            raise BatchDependent(f"{self.where}: declares {what} only at {_at(self.batches[1])}")
         return self.log.pop(0)[1:]
 
     def var(self, value: str) -> str:
@@ -284,29 +431,71 @@ class Replay:
 
     def done(self) -> None:
         if self.log:
-            raise BatchDependent(f"{self.where}: declares a {self.log[0][0]} only at batch {self.batches[0]}")
+            raise BatchDependent(f"{self.where}: declares a {self.log[0][0]} only at {_at(self.batches[0])}")
 
     def resolve_tensors(self, expr: str, other_expr: str) -> tuple[str, str]:
-        """Both conversions' code with each stored tensor's placeholder replaced: the same array at
-        both sizes is stored once; one that moves with the batch is stored as a repeated slice and
-        broadcast (``batch_row``), or computed (``affine_grid``); anything else is refused."""
-        for placeholder, hint, first, other in reversed(self.tensors):  # placeholder 1 is a prefix of 10
-            if first.shape == other.shape and first.dtype == other.dtype and np.array_equal(first, other):
-                a = b = self.inner.tensor(first, hint)
-            elif (row := batch_row(first, other)) is not None:
-                name = self.inner.tensor(row, hint)
-                a, b = (f"ops.broadcast_to({name}, {tuple(x.shape)!r})" for x in (first, other))
-            elif first.ndim == other.ndim and affine_grid(first) and affine_grid(other):
-                a, b = grid_expr(self.inner, first), grid_expr(self.inner, other)
-            else:
-                size, other_size = self.batches
-                raise BatchDependent(
-                    f"{self.where}: the constant {hint!r} depends on the batch (shape {list(first.shape)} at batch "
-                    f"{size}, {list(other.shape)} at batch {other_size}); it is stored, not computed, so it cannot "
-                    "follow the input"
-                )
-            expr, other_expr = expr.replace(placeholder, a), other_expr.replace(placeholder, b)
-        return expr, other_expr
+        """Both conversions' code with each stored tensor's placeholder replaced (``resolve_tensors``)."""
+        return tuple(resolve_tensors(self.inner, [self], [expr, other_expr], self.where, list(self.batches)))
+
+
+def prefix_of(arrays: list[np.ndarray], big: np.ndarray) -> bool:
+    """Whether every array is ``big`` cut short along the axes whose size moves."""
+    return all(
+        a.ndim == big.ndim
+        and a.dtype == big.dtype
+        and all(n <= m for n, m in zip(a.shape, big.shape))
+        and np.array_equal(big[tuple(slice(0, n) for n in a.shape)], a)
+        for a in arrays
+    )
+
+
+def sliced(name: str, shape: tuple[int, ...], big: tuple[int, ...]) -> str:
+    """``name`` cut to ``shape`` along the axes where it is shorter than ``big``: ``self.t[:, :16]``."""
+    last = max(k for k, (n, m) in enumerate(zip(shape, big)) if n != m)
+    return f"{name}[{', '.join(f':{n}' if n != m else ':' for n, m in zip(shape[: last + 1], big))}]"
+
+
+def resolve_tensors(
+    sink, replays: list[Replay], exprs: list[str], where: str, labels: list, longest: Graph | None = None
+) -> list[str]:
+    """Every conversion's code (the first, then one per replay) with each stored tensor's
+    placeholder replaced: the same array everywhere is stored once; one whose shape moves with
+    the sizes is stored as a repeated slice and broadcast (``repeated_row``), or computed
+    (``affine_grid``); anything else is refused. ``labels`` name the sizes of each conversion."""
+    exprs = list(exprs)
+    for j in reversed(range(len(replays[0].tensors))):  # placeholder 1 is a prefix of 10
+        placeholder, hint, first, _ = replays[0].tensors[j]
+        arrays = [first] + [r.tensors[j][3] for r in replays]
+        if all(a.shape == first.shape and a.dtype == first.dtype and np.array_equal(a, first) for a in arrays):
+            codes = [sink.tensor(first, hint)] * len(arrays)
+        elif (row := repeated_row(arrays)) is not None:
+            name = sink.tensor(row, hint)
+            codes = [f"ops.broadcast_to({name}, {tuple(a.shape)!r})" for a in arrays]
+        elif (fits := grid_fits(arrays)) is not None:
+            codes = [grid_expr(sink, a, f) for a, f in zip(arrays, fits)]
+        elif (
+            longest is not None
+            and (big := getattr(longest.values.get(hint), "const", None)) is not None
+            and big.shape != first.shape
+            and prefix_of(arrays, big)
+        ):
+            name = sink.tensor(big, hint)
+            codes = [sliced(name, a.shape, big.shape) for a in arrays]
+        else:
+            k = next(k for k, a in enumerate(arrays) if a.shape != first.shape or not np.array_equal(a, first))
+            at = [_at(x) for x in labels]
+            raise BatchDependent(
+                f"{where}: the constant {hint!r} depends on the {'batch' if len(at) == 2 else 'sizes'} "
+                f"(shape {list(first.shape)} at {at[0]}, {list(arrays[k].shape)} at {at[k]}); it is stored, "
+                "not computed, so it cannot follow the input"
+            )
+        exprs = [e.replace(placeholder, c) for e, c in zip(exprs, codes)]
+    return exprs
+
+
+def _at(label) -> str:
+    """A conversion's sizes in words: a batch size, or ``batch 2, seq 16``."""
+    return f"batch {label}" if isinstance(label, int) else str(label)
 
 
 _PLACEHOLDER = "self.__t2ms_batch_tensor_"  # a stored tensor is "self.<name>" (Emitter.tensor)
