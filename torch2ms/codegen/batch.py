@@ -310,11 +310,10 @@ INDEX_GRID = '''def index_grid(shape, coefs, offset, dtype):
     """The integer tensor of ``shape`` whose element (i0, i1, ...) is offset + sum(coefs[k] * ik):
     an index constant computed here, so that it follows the input's sizes."""
     out = ops.zeros((), dtype) + offset
-    for k in range(len(shape)):
-        if coefs[k] != 0:
-            view = [1] * len(shape)
-            view[k] = -1
-            out = out + ops.reshape(ops.arange(0, shape[k], 1, dtype=dtype), tuple(view)) * coefs[k]
+    for k in range(len(shape)):  # no branch on coefs: one may be a size (seq), a run-time value in a MindIR
+        view = [1] * len(shape)
+        view[k] = -1
+        out = out + ops.reshape(ops.arange(0, shape[k], 1, dtype=dtype), tuple(view)) * coefs[k]
     return ops.broadcast_to(out, shape)
 '''
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_reference
+from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_lengths, split_reference
 from torch2ms.recipe import Recipe
 
 
@@ -57,6 +57,12 @@ class RunContext:
         if "batch_reference" not in self.cache:
             self.cache["batch_reference"] = split_batches(load_npz(self.artifact("reference.npz")))
         return self.cache["batch_reference"]
+
+    def sequence_reference(self) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """Sequence length -> (inputs, PyTorch's outputs) of one sample per extra ``inputs[].sequence`` length."""
+        if "sequence_reference" not in self.cache:
+            self.cache["sequence_reference"] = split_lengths(load_npz(self.artifact("reference.npz")))
+        return self.cache["sequence_reference"]
 
     def reference_inputs(self) -> list[dict[str, np.ndarray]]:
         return self.reference()[0]

@@ -224,6 +224,20 @@ def pack_batches(batches: dict[int, tuple[dict[str, np.ndarray], dict[str, np.nd
     return arrays
 
 
+def pack_lengths(lengths: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """One sample per extra sequence length (``inputs[].sequence``), as ``seq<N>.input.<name>`` /
+    ``seq<N>.output.<name>`` keys (``split_batches`` and ``split_reference`` ignore them)."""
+    return {f"seq{k[len('batch') :]}": v for k, v in pack_batches(lengths).items()}
+
+
+def split_lengths(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """``pack_lengths``'s samples: sequence length -> (inputs, outputs)."""
+    renamed = {f"batch{k[len('seq') :]}": v for k, v in arrays.items() if k.startswith("seq")}
+    if "meta.output_order" in arrays:
+        renamed["meta.output_order"] = arrays["meta.output_order"]
+    return split_batches(renamed)
+
+
 def split_batches(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """``pack_batches``'s samples: batch size -> (inputs, outputs), outputs in the reference's order."""
     order = [str(n) for n in arrays.get("meta.output_order", [])]
