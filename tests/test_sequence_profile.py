@@ -102,21 +102,27 @@ def test_index_grid_takes_a_size_one_axis_stride_from_the_longer_load():
 # --- a tiny BERT end to end ---
 @pytest.mark.slow
 def test_tiny_bert_follows_batch_and_length(tmp_path):
+    """All five stages at 1x16, the MindIR checked at batch 3 and lengths 8 and 32 by the pipeline;
+    the generated code against PyTorch here at 3x8 and 3x32; the bundle's verify at every size."""
     import mindspore as ms
     import torch
 
     from torch2ms.model_loader import build_model
-    from torch2ms.pipeline.runner import Runner, all_stages
+    from torch2ms.package.build import build_bundle
+    from torch2ms.package.verify import verify_bundle
+    from torch2ms.pipeline.runner import Runner
     from torch2ms.runtime import msutil
 
     recipe = parse_recipe(bert_recipe(tmp_path), "r.yaml", tmp_path)
-    result = Runner(recipe, log=lambda m: None, stages=all_stages()[:2]).run()
+    result = Runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
-    src = (result.root / "rebuild" / "network.py").read_text()
+    src = (result.root / "fold" / "network.py").read_text()
     assert "seq = input_ids.shape[1]" in src and "batch = input_ids.shape[0]" in src
     assert "(batch * seq," in src  # the padding mask, flattened over both sizes
+    mindir = next(s.record for s in result.stages if s.stage == "mindir")
+    assert sorted(mindir["batches"]) == ["3"] and sorted(mindir["lengths"]) == ["32", "8"]
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    net = msutil.build_network(result.root / "rebuild", "seqtest")
+    net = msutil.build_network(result.root / "fold", "seqtest")
     model = build_model(recipe)
     rng = np.random.default_rng(1)
     for b, s in [(3, 8), (3, 32), (1, 16)]:
@@ -128,6 +134,9 @@ def test_tiny_bert_follows_batch_and_length(tmp_path):
         got = net(ms.Tensor(ids), ms.Tensor(mask)).asnumpy()
         assert got.shape == want.shape == (b, 3)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    verified = verify_bundle(build_bundle(result, tmp_path / "dist", log=lambda m: None).path, log=lambda m: None)
+    assert sorted(verified.batches) == [3] and sorted(verified.lengths) == [8, 32]
+    assert all(m.rel_error < 1e-5 for ms_ in verified.lengths.values() for m in ms_)
 
 
 def test_a_length_above_the_position_embeddings_is_refused(tmp_path):
@@ -136,3 +145,25 @@ def test_a_length_above_the_position_embeddings_is_refused(tmp_path):
     assert run_cli("convert", "--recipe", str(path)) == 2
     run = tmp_path / "runs" / "bert_seq"
     assert not run.exists() or not any(p.is_file() for p in run.rglob("*"))
+
+
+# --- the board tools' settings ---
+def test_atc_compiles_batch_and_length_profiles_into_one_model():
+    from torch2ms.package.targets import TARGETS, atc_sh, dims_profiles
+
+    extra = {"batch": [1, 3], "sequence": [8, 16]}
+    inputs = [{**IDS, **extra}, {**MASK, **extra}]
+    assert dims_profiles(inputs) == [(1, 8, 1, 8), (1, 16, 1, 16), (3, 8, 3, 8), (3, 16, 3, 16)]
+    script = atc_sh(TARGETS["atlas-300i-pro"], "m", inputs, "fp32", with_aipp=False)
+    # CANN ATC: one value per -1 of --input_shape in order, profiles separated by ';'; not with --dynamic_batch_size
+    assert '--input_shape="input_ids:-1,-1;attention_mask:-1,-1"' in script and "--input_format=ND" in script
+    assert '--dynamic_dims="1,8,1,8;1,16,1,16;3,8,3,8;3,16,3,16"' in script
+    assert "--dynamic_batch_size" not in script
+    # a length list alone: the batch stays fixed
+    only = [{**IDS, "sequence": [8, 16, 32]}, {**MASK, "sequence": [8, 16, 32]}]
+    assert dims_profiles(only) == [(8, 8), (16, 16), (32, 32)]
+    assert '--input_shape="input_ids:1,-1;attention_mask:1,-1"' in atc_sh(
+        TARGETS["atlas-300i-pro"], "m", only, "fp32", with_aipp=False
+    )
+    with pytest.raises(Exception, match="2 to 100"):
+        dims_profiles([{**IDS, "batch": list(range(1, 12)), "sequence": list(range(1, 11))}])
