@@ -167,3 +167,27 @@ def test_atc_compiles_batch_and_length_profiles_into_one_model():
     )
     with pytest.raises(Exception, match="2 to 100"):
         dims_profiles([{**IDS, "batch": list(range(1, 12)), "sequence": list(range(1, 11))}])
+
+
+def test_reference_inputs_keep_the_models_order_through_the_file(tmp_path):
+    """save_npz sorts its keys; the stages call the network with the samples by position, so a
+    resumed run read attention_mask as the token ids before meta.input_order."""
+    from torch2ms.pipeline.workspace import (
+        load_npz,
+        pack_batches,
+        pack_lengths,
+        pack_reference,
+        save_npz,
+        split_batches,
+        split_lengths,
+        split_reference,
+    )
+
+    sample = {"input_ids": np.ones((1, 4), np.int64), "attention_mask": np.zeros((1, 4), np.int64)}
+    out = {"logits": np.zeros((1, 3), np.float32)}
+    arrays = {**pack_reference([sample], [out]), **pack_batches({2: (sample, out)}), **pack_lengths({8: (sample, out)})}
+    save_npz(tmp_path / "r.npz", arrays)
+    loaded = load_npz(tmp_path / "r.npz")
+    assert list(split_reference(loaded)[0][0]) == ["input_ids", "attention_mask"]
+    assert list(split_batches(loaded)[2][0]) == ["input_ids", "attention_mask"]
+    assert list(split_lengths(loaded)[8][0]) == ["input_ids", "attention_mask"]
