@@ -87,6 +87,9 @@ def test_two_symbols_fit_products_and_offsets():
     assert fit_expr(at(lambda x, y: x * y * 4), points, names) == "batch * seq * 4"
     assert fit_expr(at(lambda x, y: y - 1), points, names) == "seq - 1"
     assert fit_expr(at(lambda x, y: 3 * x + 2 * y + 5), points, names) == "batch * 3 + seq * 2 + 5"
+    # the recipe's length is the longest listed: the other load is one shorter
+    down = [(b, s), (b + 1, s), (b, s - 1), (b + 1, s - 1)]
+    assert fit_expr([x * y * 4 + y for x, y in down], down, names) == "batch * seq * 4 + seq"
     exprs = [f"ops.reshape(x, ({x * y}, {y}, 32))" for x, y in points]
     assert merge_all(exprs, points, names, "n") == ("ops.reshape(x, (batch * seq, seq, 32))", {"batch", "seq"})
 

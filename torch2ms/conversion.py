@@ -65,7 +65,7 @@ def convert_graph(
         return CodeBuilder(graph, class_name, batch).build(header, layout, modules)
     except BatchDependent as err:
         if batch_required:
-            raise batch_error(source, str(err)) from None
+            raise batch_error(source, str(err), batch.seq is not None) from None
         net = CodeBuilder(graph, class_name).build(header, layout, modules)
         net.batch_note = str(err)
         return net
@@ -105,9 +105,12 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
             run_passes(second, passes)
             same_structure(graph, second, first, other)
         seq_graphs = []
+        # the other length: seq + 1, or seq - 1 when seq is the longest listed (a model may take no
+        # longer input, e.g. CLIP's 77 positions)
+        seq_other = None if seq is None else seq + 1 if seq < max(lengths) else seq - 1
         for b in ((first, other) if listed else (first,)) if seq is not None else ():
-            where = f"at batch {b}, sequence length {seq + 1}"
-            g = ctx.onnx_graph(onnx_path, {i.name: b for i in batched}, {i.name: seq + 1 for i in profiled})
+            where = f"at batch {b}, sequence length {seq_other}"
+            g = ctx.onnx_graph(onnx_path, {i.name: b for i in batched}, {i.name: seq_other for i in profiled})
             run_passes(g, passes)
             same_structure(graph, g, first, b)
             seq_graphs.append(g)
@@ -133,6 +136,7 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
         tuple(seq_graphs),
         batch_moves=bool(listed),
         longest=longest,
+        seq_other=seq_other,
     ), None
 
 

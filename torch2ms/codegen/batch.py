@@ -58,8 +58,9 @@ class BatchVariant:
     other: int  # this graph's batch
     source: str  # the graph input whose dimension 0 is the batch
 
-    # a sequence-length profile (``inputs[].sequence``): the graph at (batch, seq + 1) and at
-    # (other, seq + 1), dimension 1 of ``seq_source`` being the length; sizes then fit
+    # a sequence-length profile (``inputs[].sequence``): the graph at (batch, seq_other) and at
+    # (other, seq_other), dimension 1 of ``seq_source`` being the length (seq_other = seq + 1, or
+    # seq - 1 when seq is the longest listed: a model may take no longer input); sizes then fit
     # n = d + a * batch + c * seq + e * batch * seq (a token axis flattened for a Dense is batch * seq)
     seq: int | None = None
     seq_source: str | None = None
@@ -68,6 +69,7 @@ class BatchVariant:
     # the graph at the longest listed length: a folded table lookup (position embeddings) is stored
     # at that length and sliced to ``seq``
     longest: Graph | None = None
+    seq_other: int | None = None
 
     def __post_init__(self) -> None:
         self.nodes = [{n.name: n for n in g.nodes} for g in self.graphs()]
@@ -84,8 +86,8 @@ class BatchVariant:
         if s is None:
             return [(b,), (o,)]
         if not self.batch_moves:
-            return [(s,), (s + 1,)]
-        return [(b, s), (o, s), (b, s + 1), (o, s + 1)]
+            return [(s,), (self.seq_other,)]
+        return [(b, s), (o, s), (b, self.seq_other), (o, self.seq_other)]
 
     def describe(self, k: int) -> str:
         """The sizes of point ``k`` in words."""
@@ -124,7 +126,7 @@ def batch_expr(a: int, c: int, name: str) -> str:
 
 def fit_expr(values: list[int], points: list[tuple[int, ...]], names: list[str]) -> str | None:
     """The integers ``values`` at ``points`` as code in the symbols ``names``: one symbol from two
-    points (``a * x + c``), two from the square (b, s), (b + 1, s), (b, s + 1), (b + 1, s + 1)
+    points (``a * x + c``), two from the rectangle (b, s), (b', s), (b, s'), (b', s')
     (``d + a * x + c * y + e * x * y``); None when a symbol's step does not divide the change."""
     if len(names) == 1:
         (p0,), (p1,) = points
@@ -132,10 +134,14 @@ def fit_expr(values: list[int], points: list[tuple[int, ...]], names: list[str])
         if rest or a == 0:
             return None
         return batch_expr(a, values[0] - a * p0, names[0])
-    (b, s), n00, n10, n01, n11 = points[0], *values
-    e = n11 - n10 - n01 + n00
-    a = n10 - n00 - e * s
-    c = n01 - n00 - e * b
+    (b, s), (b1, _), (_, s1) = points[0], points[1], points[2]
+    n00, n10, n01, n11 = values
+    db, ds = b1 - b, s1 - s
+    e, r0 = divmod(n11 - n10 - n01 + n00, db * ds)
+    a, r1 = divmod(n10 - n00 - e * s * db, db)
+    c, r2 = divmod(n01 - n00 - e * b * ds, ds)
+    if r0 or r1 or r2:
+        return None
     d = n00 - a * b - c * s - e * b * s
     terms = [(e, f"{names[0]} * {names[1]}"), (a, names[0]), (c, names[1]), (d, "")]
     text = ""
@@ -472,12 +478,7 @@ def resolve_tensors(
             codes = [f"ops.broadcast_to({name}, {tuple(a.shape)!r})" for a in arrays]
         elif (fits := grid_fits(arrays)) is not None:
             codes = [grid_expr(sink, a, f) for a, f in zip(arrays, fits)]
-        elif (
-            longest is not None
-            and (big := getattr(longest.values.get(hint), "const", None)) is not None
-            and big.shape != first.shape
-            and prefix_of(arrays, big)
-        ):
+        elif (big := _longest(arrays, longest, hint)) is not None and prefix_of(arrays, big):
             name = sink.tensor(big, hint)
             codes = [sliced(name, a.shape, big.shape) for a in arrays]
         else:
@@ -490,6 +491,16 @@ def resolve_tensors(
             )
         exprs = [e.replace(placeholder, c) for e, c in zip(exprs, codes)]
     return exprs
+
+
+def _longest(arrays: list[np.ndarray], longest: Graph | None, hint: str) -> np.ndarray | None:
+    """The array a folded table lookup is stored at: the value at the longest listed length (its
+    own load), else the largest of ``arrays`` (the recipe's length is the longest listed)."""
+    value = longest.values.get(hint) if longest is not None else None
+    if value is not None and value.const is not None:
+        return value.const
+    big = max(arrays, key=lambda a: a.size)
+    return big if all(a.ndim == big.ndim for a in arrays) else None
 
 
 def _at(label) -> str:
