@@ -454,10 +454,11 @@ def prefix_of(arrays: list[np.ndarray], big: np.ndarray) -> bool:
     )
 
 
-def sliced(name: str, shape: tuple[int, ...], big: tuple[int, ...]) -> str:
-    """``name`` cut to ``shape`` along the axes where it is shorter than ``big``: ``self.t[:, :16]``."""
-    last = max(k for k, (n, m) in enumerate(zip(shape, big)) if n != m)
-    return f"{name}[{', '.join(f':{n}' if n != m else ':' for n, m in zip(shape[: last + 1], big))}]"
+def sliced(name: str, shape: tuple[int, ...], axes: list[int]) -> str:
+    """``name`` cut to ``shape`` along ``axes`` (those whose size moves): ``self.t[:, :16]``. Every
+    conversion writes the same cut, so that only its sizes differ."""
+    cuts = [f":{n}" if k in axes else ":" for k, n in enumerate(shape[: max(axes) + 1])]
+    return f"{name}[{', '.join(cuts)}]"
 
 
 def resolve_tensors(
@@ -480,7 +481,8 @@ def resolve_tensors(
             codes = [grid_expr(sink, a, f) for a, f in zip(arrays, fits)]
         elif (big := _longest(arrays, longest, hint)) is not None and prefix_of(arrays, big):
             name = sink.tensor(big, hint)
-            codes = [sliced(name, a.shape, big.shape) for a in arrays]
+            axes = [k for k in range(big.ndim) if len({a.shape[k] for a in arrays} | {big.shape[k]}) > 1]
+            codes = [sliced(name, a.shape, axes) for a in arrays]
         else:
             k = next(k for k, a in enumerate(arrays) if a.shape != first.shape or not np.array_equal(a, first))
             at = [_at(x) for x in labels]
