@@ -65,42 +65,79 @@ def convert_graph(
         return CodeBuilder(graph, class_name, batch).build(header, layout, modules)
     except BatchDependent as err:
         if batch_required:
-            raise batch_error(source, str(err)) from None
+            raise batch_error(source, str(err), batch.seq is not None) from None
         net = CodeBuilder(graph, class_name).build(header, layout, modules)
         net.batch_note = str(err)
         return net
 
 
-def batch_error(source: str, reason: str) -> OnnxError:
+def batch_error(source: str, reason: str, sequence: bool = False) -> OnnxError:
+    what, field = ("sizes (batch, sequence length)", "inputs[].sequence") if sequence else ("batch sizes", "")
     return OnnxError(
-        f"{source}: the network cannot serve several batch sizes: {reason}",
+        f"{source}: the network cannot serve several {what}: {reason}",
         hint="compute sizes from the input (x.shape[0], torch.flatten) rather than writing the batch as a number, "
-        "or drop inputs[].batch",
+        + (f"or drop {field} / inputs[].batch" if sequence else "or drop inputs[].batch"),
     )
 
 
 def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tuple[BatchVariant | None, str | None]:
-    """The recipe's ONNX loaded at batch ``shape[0] + 1`` and run through ``passes``, to tell the
-    sizes that carry the batch from the others; ``(None, reason)`` when the model does not take
-    another batch (an error when the recipe lists batch sizes)."""
+    """The recipe's ONNX loaded at batch ``shape[0] + 1`` (and, with a sequence-length profile, at
+    length ``shape[1] + 1``) and run through ``passes``, to tell the sizes that carry the batch
+    (and the length) from the others; ``(None, reason)`` when the model does not take another
+    size (an error when the recipe lists batch sizes or lengths)."""
     recipe = ctx.recipe
     listed = recipe.batch_sizes()
+    lengths = recipe.sequence_lengths()
     batched = [i for i in recipe.inputs if len(i.shape) > 1 and (len(i.batch_sizes()) > 1 or not listed)]
     if not batched:
         return None, "no input has a batch dimension"
     first = batched[0].shape[0]
     other = first + 1
+    profiled = [i for i in recipe.inputs if i.sequence is not None]
+    seq = profiled[0].shape[1] if profiled else None
+    where = f"at batch {other}"
     try:
         if any(i.shape[0] != first for i in batched):
             raise BatchDependent(f"the inputs have different batch sizes ({[i.shape[0] for i in batched]})")
-        second = ctx.onnx_graph(onnx_path, {i.name: other for i in batched})
-        run_passes(second, passes)
-        same_structure(graph, second, first, other)
+        second = None
+        if seq is None or listed:  # a length profile alone keeps the batch static
+            second = ctx.onnx_graph(onnx_path, {i.name: other for i in batched})
+            run_passes(second, passes)
+            same_structure(graph, second, first, other)
+        seq_graphs = []
+        # the other length: seq + 1, or seq - 1 when seq is the longest listed (a model may take no
+        # longer input, e.g. CLIP's 77 positions)
+        seq_other = None if seq is None else seq + 1 if seq < max(lengths) else seq - 1
+        for b in ((first, other) if listed else (first,)) if seq is not None else ():
+            where = f"at batch {b}, sequence length {seq_other}"
+            g = ctx.onnx_graph(onnx_path, {i.name: b for i in batched}, {i.name: seq_other for i in profiled})
+            run_passes(g, passes)
+            same_structure(graph, g, first, b)
+            seq_graphs.append(g)
+        longest = None
+        if seq is not None and max(lengths) > seq + 1:
+            where = f"at sequence length {max(lengths)}"
+            longest = ctx.onnx_graph(onnx_path, seq={i.name: max(lengths) for i in profiled})
+            run_passes(longest, passes)
+            same_structure(graph, longest, first, first)
     except (OnnxError, BatchDependent, Unsupported, ValueError) as err:  # a pass refusing the other shapes
-        if listed:
-            raise batch_error(onnx_path.name, f"at batch {other}: {err}") from None
-        return None, f"at batch {other}: {err}"
-    return BatchVariant(second, first, other, batched[0].name), None
+        if listed or lengths:
+            raise batch_error(onnx_path.name, f"{where}: {err}", lengths is not None) from None
+        return None, f"{where}: {err}"
+    if seq is None:
+        return BatchVariant(second, first, other, batched[0].name), None
+    return BatchVariant(
+        second or seq_graphs[0],
+        first,
+        other,
+        batched[0].name,
+        seq,
+        profiled[0].name,
+        tuple(seq_graphs),
+        batch_moves=bool(listed),
+        longest=longest,
+        seq_other=seq_other,
+    ), None
 
 
 def module_record(ctx) -> dict:
@@ -126,7 +163,7 @@ def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
         sha or sha256_file(onnx_path),
         ctx.recipe.name,
         batch,
-        batch_required=ctx.recipe.batch_sizes() is not None,
+        batch_required=ctx.recipe.batch_sizes() is not None or ctx.recipe.sequence_lengths() is not None,
         layout=ctx.recipe.rebuild.layout,
         modules=module_record(ctx).get("modules", {}),
     )

@@ -100,6 +100,11 @@ class InputSpec(_Strict):
         description="the batch sizes the bundle serves, e.g. [1, 2, 4, 8] (dimension 0; shape[0], the batch "
         "the reference samples are made at, must be one of them); a single value is shape[0], as without it",
     )
+    sequence: tuple[int, ...] | None = Field(
+        default=None,
+        description="a sequence-length profile: the lengths (dimension 1) the converted network and the bundle "
+        "take, e.g. [16, 32, 64]; shape[1], the length the reference samples are made at, must be one of them",
+    )
 
     @model_validator(mode="after")
     def _values_spec(self):
@@ -174,6 +179,38 @@ class InputSpec(_Strict):
                 f"are made at: add it, or set shape[0] to one of them"
             )
         return self
+
+    @model_validator(mode="after")
+    def _sequence_values(self):
+        if self.sequence is None:
+            return self
+        if len(self.shape) < 2:
+            raise ValueError(f"sequence lists lengths for dimension 1; shape {list(self.shape)} has none")
+        if not self.sequence:
+            raise ValueError("sequence is an empty list: give the lengths to serve, e.g. [16, 32, 64]")
+        bad = [n for n in self.sequence if isinstance(n, bool) or n < 1]
+        if bad:
+            raise ValueError(f"sequence lengths are positive integers, got {bad}")
+        if len(set(self.sequence)) != len(self.sequence):
+            raise ValueError(f"sequence {list(self.sequence)} lists a length twice")
+        if self.shape[1] not in self.sequence:
+            raise ValueError(
+                f"sequence {list(self.sequence)} does not include shape[1]={self.shape[1]}, the length the reference "
+                "samples are made at: add it, or set shape[1] to one of them"
+            )
+        if self.lengths is not None and max(self.lengths) > min(self.sequence):
+            raise ValueError(
+                f"lengths {list(self.lengths)} make a mask longer than the shortest sequence length "
+                f"{min(self.sequence)}: give lengths up to {min(self.sequence)}"
+            )
+        return self
+
+    def sequence_lengths(self) -> tuple[int, ...]:
+        """The sequence lengths (dimension 1) this input is served at, ascending (``(shape[1],)``
+        without ``sequence``; ``()`` for an input of rank 1)."""
+        if self.sequence is None:
+            return tuple(self.shape[1:2])
+        return tuple(sorted(self.sequence))
 
     def batch_sizes(self) -> tuple[int, ...]:
         """The batch sizes this input is served at, ascending (``(shape[0],)`` without ``batch``)."""
@@ -443,6 +480,35 @@ class Recipe(_Strict):
                 "tools take one list for every input whose dimension 0 is the batch"
             )
         return self
+
+    @model_validator(mode="after")
+    def _one_sequence_list(self):
+        lists = {i.sequence_lengths() for i in self.inputs if i.sequence is not None}
+        if len(lists) > 1:
+            raise ValueError(
+                f"inputs list different sequence lengths ({' vs '.join(str(list(s)) for s in sorted(lists))}): "
+                "give one list for every input whose dimension 1 is the sequence"
+            )
+        profiled = [i for i in self.inputs if i.sequence is not None]
+        if profiled:
+            same = [
+                i.name
+                for i in self.inputs
+                if i.sequence is None and len(i.shape) > 1 and i.shape[:2] == profiled[0].shape[:2]
+            ]
+            if same:
+                raise ValueError(
+                    f"inputs {same} have the (batch, sequence) shape of {profiled[0].name!r} but no sequence list: "
+                    "give every token input the same sequence list"
+                )
+        return self
+
+    def sequence_lengths(self) -> tuple[int, ...] | None:
+        """The sequence lengths a sequence-length profile serves (``inputs[].sequence``), or None."""
+        for i in self.inputs:
+            if i.sequence is not None:
+                return i.sequence_lengths()
+        return None
 
     def batch_sizes(self) -> tuple[int, ...] | None:
         """The batch sizes a dynamic-batch bundle serves (``inputs[].batch`` with more than one size),

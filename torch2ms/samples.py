@@ -65,6 +65,22 @@ def batch_samples(recipe) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
+def sequence_samples(recipe) -> dict[int, dict[str, np.ndarray]]:
+    """One seeded sample per length of ``inputs[].sequence`` other than shape[1] (the reference's),
+    at the reference batch: dimension 1 of the inputs that list the lengths is that length."""
+    out = {}
+    for n in recipe.sequence_lengths() or ():
+        profiled = [i for i in recipe.inputs if i.sequence is not None]
+        if n == profiled[0].shape[1]:
+            continue
+        rng = np.random.default_rng([recipe.check.seed, 1, n])
+        out[n] = {
+            i.name: random_input(i, (i.shape[0], n, *i.shape[2:]) if i.sequence else i.shape, rng)
+            for i in recipe.inputs
+        }
+    return out
+
+
 def load_sample(recipe, entry: str, spec) -> np.ndarray:
     """One ``inputs[].data`` entry as the input's array: a .npy file, or an image (float inputs)."""
     path = recipe.resolve_data(entry)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from torch2ms import __version__
-from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge
+from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge_all, resolve_tensors
 from torch2ms.codegen.generated import GeneratedNetwork, build_function
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
@@ -82,6 +82,8 @@ class CodeBuilder:
         for name in graph.inputs:
             self.var_of[name] = self.var_names(name)
         self.batch_var = self.var_names("batch") if batch is not None else None
+        self.seq_var = self.var_names("seq") if batch is not None and batch.seq is not None else None
+        self.seq_used = False
 
     # --- naming ---
     def _hint(self, node: Node) -> str:
@@ -160,23 +162,35 @@ class CodeBuilder:
         self.statements.append(Statement(targets, expr, node))
 
     def _emit_batch_agnostic(self, reg, node: Node) -> tuple[Emitter, str]:
-        """Convert ``node`` against both graphs and write the sizes that move with the batch
-        in terms of it (``torch2ms.codegen.batch``)."""
+        """Convert ``node`` against every graph of ``self.batch`` and write the sizes that move
+        with the batch (and the sequence length) in terms of them (``torch2ms.codegen.batch``)."""
         b = self.batch
         where = f"{node.op_type} node {node.name!r}"
         recorder = Recorder(self, b.graph)
         em = Emitter(self.graph, node, recorder)
-        expr = call_converter(reg, em, node)
-        other = b.node_for(node)
-        replay = Replay(self, recorder.log, where, (b.batch, b.other))
-        try:
-            other_expr = call_converter(reg, Emitter(b.graph, other, replay), other)
-        except (Unsupported, ValueError, IndexError, KeyError) as err:  # a converter given the other shapes
-            raise BatchDependent(f"{where}: converts at batch {b.batch} but not at batch {b.other}: {err}") from None
-        replay.done()
-        expr, used = merge(expr, other_expr, b.batch, b.other, self.batch_var, where)
-        self.batch_used |= used
+        exprs = [call_converter(reg, em, node)]
+        labels = [b.describe(k) for k in range(len(b.points()))]
+        replays = []
+        for k, graph in enumerate(b.graphs()):
+            other = b.node_for(node, k)
+            replay = Replay(self, recorder.log, where, (labels[0], labels[k + 1]))
+            try:
+                exprs.append(call_converter(reg, Emitter(graph, other, replay), other))
+            except (Unsupported, ValueError, IndexError, KeyError) as err:  # a converter given the other shapes
+                raise BatchDependent(f"{where}: converts at {labels[0]} but not at {labels[k + 1]}: {err}") from None
+            replay.done()
+            replays.append(replay)
+        exprs = resolve_tensors(self, replays, exprs, where, labels, b.longest)
+        expr, used = merge_all(exprs, b.points(), self.symbol_names(), where)
+        self.batch_used |= self.batch_var in used
+        self.seq_used |= self.seq_var in used
         return em, expr
+
+    def symbol_names(self) -> list[str]:
+        b = self.batch
+        if b.seq is None:
+            return [self.batch_var]
+        return [self.batch_var, self.seq_var] if b.batch_moves else [self.seq_var]
 
     def build(self, header: str, layout: str = "flat", modules: dict[str, str] | None = None) -> GeneratedNetwork:
         """The code for the graph: one flat class, or (``layout="modules"``) one class per PyTorch
@@ -191,9 +205,16 @@ class CodeBuilder:
         self.returns = [self.var_of.get(o) or self.tensor(self.graph.values[o].const, o) for o in self.graph.outputs]
         if self.batch is not None:
             for o in self.graph.outputs:
-                first, other = self.graph.values[o].const, self.batch.graph.values[o].const
-                if first is not None and (other is None or not np.array_equal(first, other)):
-                    raise BatchDependent(f"output {o!r} is a constant that depends on the batch")
+                first = self.graph.values[o].const
+                for g in self.batch.graphs():
+                    other = g.values[o].const
+                    if first is not None and (other is None or not np.array_equal(first, other)):
+                        raise BatchDependent(f"output {o!r} is a constant that depends on the batch")
+        if layout == "modules" and self.seq_used:
+            # ModuleLayout threads one size symbol (batch) through its cells; the length stays flat
+            net = self.render(header)
+            net.layout = {"layout": "flat", "modules_failed": "a sequence-length profile is written flat"}
+            return net
         if layout == "modules":
             from torch2ms.codegen.modules import ModuleLayout
 
@@ -241,6 +262,8 @@ class CodeBuilder:
         out += ["", f"    def construct({args}):"]
         if self.batch_used:
             out.append(f"        {self.batch_var} = {self.var_of[self.batch.source]}.shape[0]")
+        if self.seq_used:
+            out.append(f"        {self.seq_var} = {self.var_of[self.batch.seq_source]}.shape[1]")
         tensor_map = []
         for st in self.statements:
             lhs = ", ".join(st.targets)

@@ -94,6 +94,7 @@ def verify(
             highlight=False,
         )
     sizes = f" and at batch {', '.join(map(str, res.batches))}" if res.batches else ""
+    sizes += f" and at sequence length {', '.join(map(str, res.lengths))}" if res.lengths else ""
     out_console.print(
         f"OK {model['name']} {model['version']}: {res.files} files intact; MindIR matches PyTorch on {res.samples} "
         f"samples{sizes} "

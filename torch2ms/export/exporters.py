@@ -285,7 +285,12 @@ def export_model(model, example, onnx_path: Path, input_names, output_names, rec
             return tuple(flatten_outputs(self.inner(*args)).values())
 
     # the board tools serve inputs[].batch from one model whose dimension 0 is -1
-    dynamic = {i.name: {0: "batch"} for i in recipe.inputs if len(i.batch_sizes()) > 1} or None
+    # and a sequence-length profile (inputs[].sequence) from one whose dimension 1 is -1
+    dynamic = {
+        i.name: {**({0: "batch"} if len(i.batch_sizes()) > 1 else {}), **({1: "sequence"} if i.sequence else {})}
+        for i in recipe.inputs
+        if len(i.batch_sizes()) > 1 or i.sequence
+    } or None
     attempts, tracer = export_onnx(
         Wrapped(model).eval(), example, onnx_path, (input_names, output_names, dynamic), recipe
     )

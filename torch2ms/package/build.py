@@ -357,6 +357,7 @@ def _io_specs(recipe: Recipe, arrays: dict, out_names: list[str]) -> tuple[list[
     inputs = [
         {"name": i.name, "shape": list(i.shape), "dtype": i.dtype, "layout": "NCHW" if len(i.shape) == 4 else "ND"}
         | ({"batch": list(i.batch_sizes())} if len(i.batch_sizes()) > 1 else {})
+        | ({"sequence": list(i.sequence_lengths())} if i.sequence else {})
         for i in recipe.inputs
     ]
     return inputs, outputs

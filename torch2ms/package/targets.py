@@ -113,6 +113,8 @@ def _shapes(inputs: list[dict], sep: str, brackets: bool = False) -> str:
 
     def dims(i):
         shape = [-1 if len(i.get("batch") or ()) > 1 else i["shape"][0], *i["shape"][1:]]
+        if i.get("sequence"):
+            shape[1] = -1
         text = sep.join(str(d) for d in shape)
         return f"[{text}]" if brackets else text
 
@@ -140,6 +142,32 @@ def converter_lite_cfg(
     for section, keys in (quant or {}).items():  # INT8: full quantization (int8.converter_lite_sections)
         sections.setdefault(section, {}).update(keys)
     return "".join(f"[{name}]\n" + "".join(f"{k}={v}\n" for k, v in keys.items()) for name, keys in sections.items())
+
+
+def dims_profiles(inputs: list[dict]) -> list[tuple[int, ...]] | None:
+    """With a sequence-length profile (``sequence`` in the manifest inputs), ATC's
+    ``--dynamic_dims`` profiles: one per (batch, length) pair, one value per -1 of
+    ``--input_shape`` in input order (dimension 0 the batch when it is listed, dimension 1 the
+    length); else None. ATC takes 2 to 100 profiles and not together with ``--dynamic_batch_size``."""
+    lengths = next((tuple(i["sequence"]) for i in inputs if i.get("sequence")), None)
+    if lengths is None:
+        return None
+    sizes = batch_sizes(inputs) or (None,)
+    profiles = []
+    for b in sizes:
+        for n in lengths:
+            values = []
+            for i in inputs:
+                values += [b] if len(i.get("batch") or ()) > 1 else []
+                values += [n] if i.get("sequence") else []
+            profiles.append(tuple(values))
+    if not 1 < len(profiles) <= 100:
+        raise Torch2msError(
+            f"inputs[].sequence with inputs[].batch makes {len(profiles)} (batch, length) profiles; ATC --dynamic_dims "
+            "compiles 2 to 100 into one model",
+            hint="serve fewer lengths or batch sizes, or build one bundle per range",
+        )
+    return profiles
 
 
 def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
@@ -195,7 +223,10 @@ def atc_sh(
     flags += ' \\\n  --keep_dtype="$HERE/keep_dtype.cfg"' if keep_dtype else ""
     flags += " \\\n  --output_type=FP32" if fp32_outputs else ""  # the host postprocess was checked on float32
     sizes = batch_sizes(inputs)
-    if sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
+    profiles = dims_profiles(inputs)
+    if profiles:  # (batch,) length profiles in one OM; the app picks one with aclmdlSetInputDynamicDims
+        flags += f' \\\n  --dynamic_dims="{";".join(",".join(map(str, p)) for p in profiles)}"'
+    elif sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
         flags += f' \\\n  --dynamic_batch_size="{",".join(map(str, sizes))}"'
     model = "$BUNDLE/model/model.onnx"
     if precision == "int8":  # ATC compiles the INT8 model AMCT writes (precision.md, 'For the board')
@@ -225,7 +256,7 @@ fi
 atc --framework=5 \\
   --model="{model}" \\
   --output="$BUNDLE/model/{model_name}" \\
-  --input_format=NCHW \\
+  --input_format={"ND" if profiles else "NCHW"} \\
   --input_shape="{_shapes(inputs, ",")}" \\
   --soc_version="$SOC" \\
   --precision_mode={PRECISION[precision][1]}{flags}

@@ -37,6 +37,7 @@ class Verified:
     samples: int = 0
     task: dict | None = None  # the recipe task's agreement of the MindIR with PyTorch (tasks.TaskResult)
     batches: dict[int, list[OutputMetrics]] = field(default_factory=dict)  # per extra inputs[].batch size
+    lengths: dict[int, list[OutputMetrics]] = field(default_factory=dict)  # per extra inputs[].sequence length
 
 
 def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
@@ -81,7 +82,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
-        outputs, reference, batches = _run_mindir(root, manifest)
+        outputs, reference, batches, lengths = _run_mindir(root, manifest)
     metrics, n = compare_outputs(outputs, reference), len(outputs)
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)
     bad = [f"output {m.name!r}: {v}" for m in metrics for v in tol.violations(m)]
@@ -91,6 +92,16 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
         worst_rel = max(m.rel_error for m in batch_metrics[size])
         log(f"batch {size}: max rel error {worst_rel:.3g} against PyTorch")
         bad += [f"at batch {size}, output {m.name!r}: {v}" for m in batch_metrics[size] for v in tol.violations(m)]
+    length_metrics = {}
+    for length, (outs, ref) in lengths.items():
+        length_metrics[length] = compare_outputs([outs], [ref])
+        worst_rel = max(m.rel_error for m in length_metrics[length])
+        log(f"sequence length {length}: max rel error {worst_rel:.3g} against PyTorch")
+        bad += [
+            f"at sequence length {length}, output {m.name!r}: {v}"
+            for m in length_metrics[length]
+            for v in tol.violations(m)
+        ]
     task, violation = _task(manifest, outputs, reference)
     if task is not None:
         log(f"task: {task_summary(task)}")
@@ -101,7 +112,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
             f"{archive}: model/network.mindir no longer matches PyTorch on samples/reference.npz: {'; '.join(bad)}",
             hint="package again from a passing run",
         )
-    return Verified(manifest, len(hashes) - 1, metrics, n, task, batch_metrics)
+    return Verified(manifest, len(hashes) - 1, metrics, n, task, batch_metrics, length_metrics)
 
 
 def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
@@ -121,7 +132,7 @@ def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
 
 
 def _run_mindir(root: Path, manifest: dict):
-    from torch2ms.pipeline.workspace import load_npz, split_batches, split_reference
+    from torch2ms.pipeline.workspace import load_npz, split_batches, split_lengths, split_reference
     from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
@@ -138,6 +149,11 @@ def _run_mindir(root: Path, manifest: dict):
             size: (msutil.run_cell(cell, [{k: ins[k] for k in order}], names)[0], outs)
             for size, (ins, outs) in split_batches(load_npz(root / "samples" / "reference.npz")).items()
         }
+        # and one per other length of inputs[].sequence
+        lengths = {
+            n: (msutil.run_cell(cell, [{k: ins[k] for k in order}], names)[0], outs)
+            for n, (ins, outs) in split_lengths(load_npz(root / "samples" / "reference.npz")).items()
+        }
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    return outputs, reference, batches
+    return outputs, reference, batches, lengths

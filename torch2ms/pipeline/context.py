@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_reference
+from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_lengths, split_reference
 from torch2ms.recipe import Recipe
 
 
@@ -58,19 +58,29 @@ class RunContext:
             self.cache["batch_reference"] = split_batches(load_npz(self.artifact("reference.npz")))
         return self.cache["batch_reference"]
 
+    def sequence_reference(self) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """Sequence length -> (inputs, PyTorch's outputs) of one sample per extra ``inputs[].sequence`` length."""
+        if "sequence_reference" not in self.cache:
+            self.cache["sequence_reference"] = split_lengths(load_npz(self.artifact("reference.npz")))
+        return self.cache["sequence_reference"]
+
     def reference_inputs(self) -> list[dict[str, np.ndarray]]:
         return self.reference()[0]
 
-    def onnx_graph(self, path: Path, batch: dict[str, int] | None = None):
+    def onnx_graph(self, path: Path, batch: dict[str, int] | None = None, seq: dict[str, int] | None = None):
         """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run); ``batch``
-        overrides dimension 0 of the inputs it names."""
+        overrides dimension 0 of the inputs it names, ``seq`` dimension 1."""
         from torch2ms.graph import load_onnx
         from torch2ms.pipeline.workspace import sha256_file
 
-        batch = batch or {}
-        key = ("graph", str(path), sha256_file(path), tuple(sorted(batch.items())))
+        batch, seq = batch or {}, seq or {}
+        key = ("graph", str(path), sha256_file(path), tuple(sorted(batch.items())), tuple(sorted(seq.items())))
         if key not in self.cache:
-            shapes = {i.name: (batch.get(i.name, i.shape[0]), *i.shape[1:]) for i in self.recipe.inputs}
+            shapes = {
+                i.name: (batch.get(i.name, i.shape[0]), *((seq.get(i.name, i.shape[1]),) if len(i.shape) > 1 else ()))
+                + tuple(i.shape[2:])
+                for i in self.recipe.inputs
+            }
             graph = load_onnx(path, shapes)
             shared = [g for k, g in self.cache.items() if isinstance(k, tuple) and k[:3] == key[:3]]
             self.cache[key] = freeze_constants(graph, shared[0] if shared else None)

@@ -25,6 +25,7 @@ class StageRecord:
     worst: dict | None = None
     bounds: dict = field(default_factory=dict)  # per output: the bound it was held to, and why
     batches: dict | None = None  # at each extra batch size: the worst output
+    lengths: dict | None = None  # at each extra sequence length (inputs[].sequence): the worst output
     task: dict | None = None  # the recipe task's agreement with PyTorch
     violations: list[str] = field(default_factory=list)
     diff: str | None = None  # the localization's summary
@@ -34,7 +35,7 @@ class StageRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     cpu: dict | None = None  # the oneDNN ISA choice MindSpore ran under
 
-    _OPTIONAL = ("batches", "accumulated", "evidence")
+    _OPTIONAL = ("batches", "lengths", "accumulated", "evidence")
 
     def to_dict(self) -> dict:
         """The JSON object, in field order; the optional fields only where set."""

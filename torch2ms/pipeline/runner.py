@@ -61,6 +61,7 @@ class Measured:
     bounds: dict = field(default_factory=dict)
     task_result: Any = None
     batch_metrics: dict[int, list[OutputMetrics]] = field(default_factory=dict)
+    length_metrics: dict[int, list[OutputMetrics]] = field(default_factory=dict)
 
 
 @dataclass
@@ -237,6 +238,7 @@ class Runner:
             worst=w.to_dict() if w else None,
             bounds=verdict.bounds,
             batches={str(k): worst(v).to_dict() for k, v in m.batch_metrics.items()},
+            lengths={str(k): worst(v).to_dict() for k, v in m.length_metrics.items()},
             task=m.task_result.to_dict() if m.task_result else None,
             violations=verdict.violations,
             diff=verdict.diff.summary() if verdict.diff is not None else None,
@@ -314,6 +316,13 @@ class Runner:
             for x in m.batch_metrics[size]:
                 m.violations += [f"at batch {size}, output {x.name!r}: {v}" for v in tol.violations(x)]
                 m.beyond += [f"at batch {size}, output {x.name!r}: {v}" for v in tol.beyond_ceiling(x)]
+        for length, outs in (produced.lengths or {}).items():
+            ref = self.ctx.sequence_reference()[length][1]
+            m.length_metrics[length] = compare_outputs([outs], [ref])
+            for x in m.length_metrics[length]:
+                where = f"at sequence length {length}, output {x.name!r}"
+                m.violations += [f"{where}: {v}" for v in tol.violations(x)]
+                m.beyond += [f"{where}: {v}" for v in tol.beyond_ceiling(x)]
         return m
 
     def _verdict(self, stage: Stage, out: Path, m: Measured, outputs) -> Verdict:

@@ -35,6 +35,8 @@ class StageOutput:
     extra: dict[str, Any] = field(default_factory=dict)
     # the stage's outputs on the reference's extra batch sizes (``inputs[].batch``): size -> one sample
     batches: dict[int, dict[str, np.ndarray]] | None = None
+    # and on its extra sequence lengths (``inputs[].sequence``): length -> one sample
+    lengths: dict[int, dict[str, np.ndarray]] | None = None
 
 
 class Stage:

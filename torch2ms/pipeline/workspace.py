@@ -197,8 +197,16 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
+def _input_order(arrays: dict[str, np.ndarray], ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``ins`` in the model's input order (``meta.input_order``): ``save_npz`` sorts the keys, and
+    the samples are passed to the network by position (``attention_mask`` must not come before
+    ``input_ids``)."""
+    order = [str(n) for n in arrays.get("meta.input_order", [])]
+    return {k: ins[k] for k in order if k in ins} | ins if order else ins
+
+
 def split_reference(arrays: dict[str, np.ndarray]):
-    ins = {k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")}
+    ins = _input_order(arrays, {k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")})
     outs = {k[len("output.") :]: v for k, v in arrays.items() if k.startswith("output.")}
     order = arrays.get("meta.output_order")
     if order is not None:
@@ -211,6 +219,7 @@ def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, 
     arrays = {f"input.{k}": np.stack([s[k] for s in inputs]) for k in inputs[0]}
     arrays.update({f"output.{k}": np.stack([s[k] for s in outputs]) for k in outputs[0]})
     arrays["meta.output_order"] = np.array(list(outputs[0]))
+    arrays["meta.input_order"] = np.array(list(inputs[0]))
     return arrays
 
 
@@ -224,6 +233,21 @@ def pack_batches(batches: dict[int, tuple[dict[str, np.ndarray], dict[str, np.nd
     return arrays
 
 
+def pack_lengths(lengths: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """One sample per extra sequence length (``inputs[].sequence``), as ``seq<N>.input.<name>`` /
+    ``seq<N>.output.<name>`` keys (``split_batches`` and ``split_reference`` ignore them)."""
+    return {f"seq{k[len('batch') :]}": v for k, v in pack_batches(lengths).items()}
+
+
+def split_lengths(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """``pack_lengths``'s samples: sequence length -> (inputs, outputs)."""
+    renamed = {f"batch{k[len('seq') :]}": v for k, v in arrays.items() if k.startswith("seq")}
+    for key in ("meta.output_order", "meta.input_order"):
+        if key in arrays:
+            renamed[key] = arrays[key]
+    return split_batches(renamed)
+
+
 def split_batches(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """``pack_batches``'s samples: batch size -> (inputs, outputs), outputs in the reference's order."""
     order = [str(n) for n in arrays.get("meta.output_order", [])]
@@ -235,5 +259,5 @@ def split_batches(arrays: dict[str, np.ndarray]) -> dict[int, tuple[dict[str, np
         ins, outs = out.setdefault(int(size), ({}, {}))
         (ins if kind == "input" else outs)[name] = v
     for n, (ins, outs) in out.items():
-        out[n] = (ins, {k: outs[k] for k in order if k in outs} or outs)
+        out[n] = (_input_order(arrays, ins), {k: outs[k] for k in order if k in outs} or outs)
     return dict(sorted(out.items()))

@@ -25,8 +25,8 @@ from torch2ms.export.modules import record_modules
 from torch2ms.export.pytorch import onnx_counts, outputs_of, run_samples
 from torch2ms.graph.onnxrt import run_reference
 from torch2ms.pipeline.stage import Stage, StageOutput
-from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz, sha256_file
-from torch2ms.samples import batch_samples, sample_inputs
+from torch2ms.pipeline.workspace import pack_batches, pack_lengths, pack_reference, save_npz, sha256_file
+from torch2ms.samples import batch_samples, sample_inputs, sequence_samples
 
 
 class ExportStage(Stage):
@@ -95,6 +95,7 @@ class ExportStage(Stage):
         model = build_model(recipe)  # not cached: a copy of the weights no later stage needs
         samples = sample_inputs(recipe)
         torch_run = run_samples(recipe, model, samples)
+        lengths = check_sequence_lengths(recipe, model)
         extra_in = batch_samples(recipe)
         batches = {n: (extra_in[n], outputs_of(model, s)) for n, s in extra_in.items()}
         onnx_path = out / "model.onnx"
@@ -102,7 +103,11 @@ class ExportStage(Stage):
         inputs = [i.name for i in recipe.inputs]
         produced, failed, tracer = export_model(model, example, onnx_path, inputs, torch_run.names, recipe, ctx.log)
         record_modules(model, out)  # module tree + state_dict keys for the rebuild's classes and weight map
-        save_npz(out / "reference.npz", {**pack_reference(samples, torch_run.outputs), **pack_batches(batches)})
+        save_npz(
+            out / "reference.npz",
+            {**pack_reference(samples, torch_run.outputs), **pack_batches(batches), **pack_lengths(lengths)},
+        )
+        ctx.cache["sequence_reference"] = dict(sorted(lengths.items()))
         ctx.cache["reference"] = (samples, torch_run.outputs)
         ctx.cache["batch_reference"] = {n: batches[n] for n in sorted(extra_in)}
         del example
@@ -142,3 +147,23 @@ def _existing_file_sha256(recipe, path: str, field: str) -> str:
             hint="check the path (a relative path starts at the recipe's folder)",
         )
     return sha256_file(resolved)
+
+
+def check_sequence_lengths(recipe, model) -> dict:
+    """A seeded sample and PyTorch's outputs at every other length of ``inputs[].sequence``;
+    a length the model cannot take (above its position embeddings) is a recipe error, raised
+    before anything is written."""
+    from torch2ms.errors import RecipeError
+
+    out = {}
+    for n, sample in sequence_samples(recipe).items():
+        try:
+            out[n] = (sample, outputs_of(model, sample))
+        except Exception as err:  # noqa: BLE001 - any failure of the user's model at that length
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise RecipeError(
+                f"inputs[].sequence: the model fails at sequence length {n} ({type(err).__name__}: {first})",
+                hint="list only lengths the model takes (at most its position-embedding size, e.g. "
+                "max_position_embeddings), or drop the length",
+            ) from None
+    return out

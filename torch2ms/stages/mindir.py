@@ -30,7 +30,12 @@ class MindirStage(Stage):
         sizes = counts.get("batch_sizes")
         files = counts.get("mindir_files", 1)
         split = f" in {files} files (graph + {mindir_layout.VARIABLES}/)" if files > 1 else ""
-        return f"{counts.get('mindir_bytes', 0) / 1e6:.1f} MB{split}" + (f", batch {sizes}" if sizes else "")
+        lengths = counts.get("sequence_lengths")
+        return (
+            f"{counts.get('mindir_bytes', 0) / 1e6:.1f} MB{split}"
+            + (f", batch {sizes}" if sizes else "")
+            + (f", sequence {lengths}" if lengths else "")
+        )
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
@@ -39,19 +44,27 @@ class MindirStage(Stage):
         msutil.set_graph_mode(ms)
         cell = msutil.build_network(ctx.artifact("network.py").parent, "mindir")
         # with inputs[].batch, dimension 0 of those inputs is dynamic (None): the board tools pick the sizes
+        # and with inputs[].sequence dimension 1 (the length)
         dynamic = {i.name for i in ctx.recipe.inputs if len(i.batch_sizes()) > 1}
-        example = [
-            ms.Tensor(shape=[None, *v.shape[1:]], dtype=ms.Tensor(v).dtype) if name in dynamic else ms.Tensor(v)
-            for name, v in inputs[0].items()
-        ]
+        profiled = {i.name for i in ctx.recipe.inputs if i.sequence}
+        example = []
+        for name, v in inputs[0].items():
+            shape = [
+                None if (k == 0 and name in dynamic) or (k == 1 and name in profiled) else d
+                for k, d in enumerate(v.shape)
+            ]
+            example.append(ms.Tensor(shape=shape, dtype=ms.Tensor(v).dtype) if None in shape else ms.Tensor(v))
         written = mindir_layout.export(ms, cell, *example, folder=out)
         del cell  # its Parameters are in the file now; the reloaded graph holds its own copy
         graph = ms.load(str(out / mindir_layout.GRAPH))
         loaded = ms.nn.GraphCell(graph)
         outputs = msutil.run_cell(loaded, inputs, names)
         batches = {n: msutil.run_cell(loaded, [s], names)[0] for n, (s, _) in ctx.batch_reference().items()}
+        lengths = {n: msutil.run_cell(loaded, [s], names)[0] for n, (s, _) in ctx.sequence_reference().items()}
         ms.set_context(mode=ms.PYNATIVE_MODE)
         counts = {"mindir_bytes": sum(p.stat().st_size for p in written), "mindir_files": len(written)}
         if dynamic:
             counts["batch_sizes"] = list(ctx.recipe.batch_sizes())
-        return StageOutput(outputs, counts=counts, batches=batches or None)
+        if profiled:
+            counts["sequence_lengths"] = list(ctx.recipe.sequence_lengths())
+        return StageOutput(outputs, counts=counts, batches=batches or None, lengths=lengths or None)
