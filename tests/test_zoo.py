@@ -164,6 +164,53 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_the_summaries_carry_each_models_module_share_and_the_zoo_total(tiny_zoo):
+    """Per model, the rebuild's ONNX nodes inside a module class over all its nodes (its stage.json
+    counts.layout); zoo-wide, the same over every model, and the models that fell back to flat."""
+    _, out, _, _, data = tiny_zoo
+    rows = {r["name"]: r for r in data["models"]}
+    inside = nodes = 0
+    for name, r in rows.items():
+        layout = json.loads((out / name / "rebuild" / "stage.json").read_text())["counts"]["layout"]
+        assert layout["layout"] == "modules" and "modules_failed" not in layout
+        assert 0 < layout["nodes_in_modules"] <= layout["nodes"]
+        assert (r["nodes_in_modules"], r["layout_nodes"], r["flat_reason"]) == (
+            layout["nodes_in_modules"],
+            layout["nodes"],
+            None,
+        )
+        assert r["module_share"] == pytest.approx(layout["nodes_in_modules"] / layout["nodes"], abs=1e-4)
+        inside, nodes = inside + layout["nodes_in_modules"], nodes + layout["nodes"]
+    total = data["layout"]
+    assert (total["nodes_in_modules"], total["layout_nodes"], total["flat_fallbacks"]) == (inside, nodes, {})
+    assert total["module_share"] == pytest.approx(inside / nodes, abs=1e-4)
+    share = f"{100 * inside / nodes:.1f}% of {nodes} ONNX nodes inside a module class"
+    md, page = (out / "summary.md").read_text(), html.unescape((out / "summary.html").read_text())
+    assert f"Module layout: {share}; 0 model(s) fell back to the flat layout." in md and share in page
+    for name, r in rows.items():
+        cell = f"{100 * r['module_share']:.1f}%"
+        assert re.search(rf"^\| {name} \|.*\| {re.escape(cell)} \|", md, re.M), (name, cell)
+        assert f"<td>{cell}</td>" in (out / "summary.html").read_text()
+
+
+def test_a_flat_fallback_is_shown_with_its_reason_and_counted():
+    """A rebuild whose module classes failed writes counts.layout {layout: flat, modules_failed: why}
+    (codegen.builder): the row says "flat: why", it adds no nodes to the share, and the zoo counts it."""
+    from torch2ms.zoo.row import ModelRow, layout_fields, layout_totals
+
+    why = "KeyError: '/blocks/Add_3'"
+    flat = ModelRow("a", "passed", **layout_fields({"layout": "flat", "modules_failed": why}))
+    mods = ModelRow("b", "passed", **layout_fields({"layout": "modules", "nodes_in_modules": 45, "nodes": 50}))
+    own = ModelRow("c", "passed", **layout_fields({"layout": "flat"}))  # a recipe's rebuild.layout: flat
+    assert (flat.layout_cell, mods.layout_cell, own.layout_cell) == (f"flat: {why}", "90.0%", None)
+    assert layout_totals([flat, mods, own]) == {
+        "module_share": 0.9,
+        "nodes_in_modules": 45,
+        "layout_nodes": 50,
+        "flat_fallbacks": {"a": why},
+    }
+
+
 def test_a_passed_model_keeps_what_its_user_needs(tiny_zoo):
     """The rebuild's weights (the fold's supersede them) go; network.py, the fold's weights, the MindIR,
     the ONNX and the references stay; the record keeps the deleted file's hash under ``pruned``."""

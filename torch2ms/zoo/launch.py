@@ -40,7 +40,7 @@ from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
-from torch2ms.zoo.row import ModelRow, bound_cell
+from torch2ms.zoo.row import ModelRow, bound_cell, layout_fields
 
 POLL_S = 0.5
 GRACE_S = 3.0
@@ -324,6 +324,7 @@ def _record_figures(records: dict[str, dict], job: dict) -> dict:
         off_ai_core_ops=get("counts", "off_ai_core_ops"),
         off_ai_core_ops_unrewritten=get("counts", "off_ai_core_ops_unrewritten"),
         channel_waste_pct=get("counts", "channel_waste_pct"),
+        **layout_fields((records.get("rebuild") or {}).get("counts", {}).get("layout")),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
     )

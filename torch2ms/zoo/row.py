@@ -31,6 +31,11 @@ class ModelRow:
     off_ai_core_ops: int | None = None
     off_ai_core_ops_unrewritten: int | None = None  # the same without fold.ascend_rewrites
     channel_waste_pct: float | None = None  # convolution MACs computed on channel padding (C0 = 16), %
+    # the rebuild's module layout (its stage.json counts.layout): ONNX nodes inside a module class / all
+    nodes_in_modules: int | None = None
+    layout_nodes: int | None = None
+    module_share: float | None = None
+    flat_reason: str | None = None  # why the module classes failed and the flat listing was written
     convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
     latency_ms: float | None = None  # the compiled network's median
     peak_rss_mb: float | None = None  # the worker process's
@@ -46,6 +51,13 @@ class ModelRow:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def layout_cell(self) -> str | None:
+        """The module share as the tables show it: "97.3%", or "flat: <reason>" after a fallback."""
+        if self.flat_reason:
+            return f"flat: {self.flat_reason}"
+        return f"{100.0 * self.module_share:.1f}%" if self.module_share is not None else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +85,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("off AI Core ops", "off_ai_core_ops", "d"),  # AI CPU or no kernel on the 310 (docs/ascend310.md)
     ("off AI Core unrewritten", "off_ai_core_ops_unrewritten", "d"),
     ("channel waste %", "channel_waste_pct", ".2f"),
+    ("module share", "layout_cell", "s"),  # ONNX nodes in a module class, or "flat: <reason>"
     ("convert s", "convert_s", ".1f"),
     ("latency ms", "latency_ms", ".2f"),
     ("peak RSS MB", "peak_rss_mb", ".0f"),
@@ -106,3 +119,29 @@ def bound_cell(records: dict[str, dict], rel_error: float = 1e-4, cosine: float 
         [f"task {task[0]:.4f} >= {task[1]:.4f} ({task[2]})"] if task else []
     )
     return "; ".join(parts) or "recipe"
+
+
+def layout_fields(layout: dict | None) -> dict:
+    """The ModelRow fields of a rebuild record's ``counts.layout``: nodes in module classes, all
+    nodes and their share for the module layout; the reason when it fell back to the flat one
+    (a recipe's own ``rebuild.layout: flat`` has neither)."""
+    layout = layout or {}
+    if layout.get("modules_failed"):
+        return {"flat_reason": layout["modules_failed"]}
+    inside, nodes = layout.get("nodes_in_modules"), layout.get("nodes")
+    if inside is None or not nodes:
+        return {}
+    return {"nodes_in_modules": inside, "layout_nodes": nodes, "module_share": round(inside / nodes, 4)}
+
+
+def layout_totals(rows: list[ModelRow]) -> dict:
+    """The zoo-wide module share (nodes in module classes over all nodes of the models with a module
+    layout) and the models that fell back to the flat layout, with their reasons."""
+    inside = sum(r.nodes_in_modules for r in rows if r.layout_nodes)
+    nodes = sum(r.layout_nodes for r in rows if r.layout_nodes)
+    return {
+        "module_share": round(inside / nodes, 4) if nodes else None,
+        "nodes_in_modules": inside,
+        "layout_nodes": nodes,
+        "flat_fallbacks": {r.name: r.flat_reason for r in rows if r.flat_reason},
+    }

@@ -18,7 +18,7 @@ from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.stages import stage_names
 from torch2ms.zoo.failures import blocker_table, category_counts
 from torch2ms.zoo.row import COLUMNS as METRIC_COLUMNS
-from torch2ms.zoo.row import ModelRow
+from torch2ms.zoo.row import ModelRow, layout_totals
 
 COLUMNS = ("model", "status", *stage_names(), *(c[0] for c in METRIC_COLUMNS), "reason")
 STATUS_COLOR = {
@@ -89,6 +89,7 @@ def build(rows: list[ModelRow], meta: dict) -> dict:
         **meta,
         "disk_mb": round(sum(r.disk_mb or 0.0 for r in rows), 1),
         "peak_rss_mb": max((r.peak_rss_mb for r in rows if r.peak_rss_mb), default=None),
+        "layout": layout_totals(rows),
         "categories": category_counts(rows),
         "blockers": blocker_table(rows),
         "versions": framework_versions(),
@@ -102,6 +103,8 @@ def _md(data: dict) -> str:
         "",
         f"**{data['headline']}** in {data['seconds']:.0f} s ({data['executor']} executor, {data['jobs']} at a time, "
         f"{_limits(data)}); {_resources(data)}.",
+        "",
+        _layout(data) + ".",
         "",
         *table(COLUMNS, ([cell(c) for c in cells(r)] for r in data["models"])),
     ]
@@ -143,6 +146,7 @@ th{{background:#f6f8fa}}</style></head>
 <p><b>{html.escape(data["headline"])}</b> in {data["seconds"]:.0f} s
 ({html.escape(data["executor"])} executor, {data["jobs"]} at a time, {html.escape(_limits(data))});
 {html.escape(_resources(data))}.</p>
+<p>{html.escape(_layout(data))}.</p>
 <table>
 <thead><tr>{head}</tr></thead>
 <tbody>
@@ -163,6 +167,21 @@ def _resources(data: dict) -> str:
     rss = f"largest peak RSS {peak:.0f} MB" if peak else "peak RSS not measured"
     keep = "everything kept" if data.get("keep") == "all" else "passed models keep what their user needs"
     return f"{rss}; {data.get('disk_mb', 0):.0f} MB on disk ({keep})"
+
+
+def _layout(data: dict) -> str:
+    """The zoo-wide module share and the models whose rebuild fell back to the flat layout."""
+    lay = data.get("layout") or {}
+    if lay.get("module_share") is None:
+        text = "Module layout: no model has one"
+    else:
+        text = (
+            f"Module layout: {100.0 * lay['module_share']:.1f}% of {lay['layout_nodes']} ONNX nodes inside a "
+            "module class"
+        )
+    flat = lay.get("flat_fallbacks") or {}
+    text += f"; {len(flat)} model(s) fell back to the flat layout"
+    return text + (": " + "; ".join(f"{n} ({_reason(r, 120)})" for n, r in flat.items()) if flat else "")
 
 
 def _html_blockers(data: dict) -> str:
