@@ -338,7 +338,7 @@ def session_with_outputs(
     """onnxruntime on a copy of ``model`` whose graph outputs are ``outputs``: any tensor names,
     intermediate ones included, computed by the model or by ``extra_nodes`` appended to it. Its
     options are ``purpose``'s (``graph.onnxrt``): SHAPES unless given (``diff`` runs REFERENCE)."""
-    from torch2ms.graph import onnxrt
+    import torch2ms.graph.onnxrt as onnxrt
 
     # ``model`` itself, its outputs swapped for the serialization and put back: a CopyFrom would
     # hold the weights once more while onnxruntime reads them
