@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import write_recipe
 
-from torch2ms.codegen.batch import BatchDependent, batch_expr, merge
+from torch2ms.codegen.batch import BatchDependent, batch_expr, merge_all
 from torch2ms.errors import Torch2msError
 from torch2ms.model_loader import build_model, flatten_outputs
 from torch2ms.package.build import build_bundle
@@ -27,14 +27,19 @@ SIZES = [1, 2, 4]
 
 
 # --- the rewrite of batch-carrying integers ---
+def merge(first: str, second: str, name: str, where: str):
+    """The code of two conversions, at batch 1 and 2, merged in the symbol ``name``."""
+    return merge_all([first, second], [(1,), (2,)], [name], where)
+
+
 def test_merge_writes_the_sizes_that_move_with_the_batch():
-    code, used = merge("ops.reshape(x, (1, 1024))", "ops.reshape(x, (2, 1024))", 1, 2, "batch", "n")
-    assert (code, used) == ("ops.reshape(x, (batch, 1024))", True)
+    code, used = merge("ops.reshape(x, (1, 1024))", "ops.reshape(x, (2, 1024))", "batch", "n")
+    assert (code, used) == ("ops.reshape(x, (batch, 1024))", {"batch"})
     # a flattened batch (B * 3) and an offset; a compound expression inside an operator gets parentheses
-    code, _ = merge("ops.zeros((3, 5), ms.float32) * 4", "ops.zeros((6, 5), ms.float32) * 5", 1, 2, "b", "n")
+    code, _ = merge("ops.zeros((3, 5), ms.float32) * 4", "ops.zeros((6, 5), ms.float32) * 5", "b", "n")
     assert code == "ops.zeros((b * 3, 5), ms.float32) * (b + 3)"
     assert batch_expr(4, -1, "batch") == "batch * 4 - 1"
-    assert merge("ops.relu(x)", "ops.relu(x)", 1, 2, "batch", "n") == ("ops.relu(x)", False)
+    assert merge("ops.relu(x)", "ops.relu(x)", "batch", "n") == ("ops.relu(x)", set())
 
 
 @pytest.mark.parametrize(
@@ -47,7 +52,7 @@ def test_merge_writes_the_sizes_that_move_with_the_batch():
 )
 def test_merge_refuses_what_a_batch_symbol_cannot_express(first, second):
     with pytest.raises(BatchDependent, match="differs beyond its sizes"):
-        merge(first, second, 1, 2, "batch", "node X")
+        merge(first, second, "batch", "node X")
 
 
 # --- the board tools' limits ---

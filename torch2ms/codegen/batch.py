@@ -211,49 +211,6 @@ def _tokens(expr: str) -> list[tokenize.TokenInfo]:
     return [t for t in tokenize.generate_tokens(io.StringIO(expr).readline) if t.type not in skip]
 
 
-def merge(expr: str, other: str, batch: int, other_batch: int, name: str, where: str) -> tuple[str, bool]:
-    """``expr`` with every integer that differs in ``other`` written in terms of ``name``;
-    ``(code, whether name was used)``. Anything else that differs raises ``BatchDependent``."""
-    if expr == other:
-        return expr, False
-    mismatch = BatchDependent(
-        f"{where}: the code differs beyond its sizes between batch {batch} and {other_batch}: {expr!r} vs {other!r}"
-    )
-    try:
-        ta, tb = _tokens(expr), _tokens(other)
-    except (tokenize.TokenError, SyntaxError):
-        raise mismatch from None
-    if len(ta) != len(tb):
-        raise mismatch
-    lines = expr.splitlines(keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    edits = []
-    for k, (x, y) in enumerate(zip(ta, tb)):
-        if x.type == y.type and x.string == y.string:
-            continue
-        if x.type != tokenize.NUMBER or y.type != tokenize.NUMBER:
-            raise mismatch
-        try:
-            n, m = int(x.string), int(y.string)
-        except ValueError:  # a float that moves with the batch (a scale): not a size
-            raise mismatch from None
-        a, rest = divmod(m - n, other_batch - batch)
-        if rest or a == 0:
-            raise mismatch
-        text = batch_expr(a, n - a * batch, name)
-        before = ta[k - 1].string if k else "("
-        after = ta[k + 1].string if k + 1 < len(ta) else ")"
-        if " " in text and (before not in _OPENERS or after not in _CLOSERS):
-            text = f"({text})"
-        (r0, c0), (r1, c1) = x.start, x.end
-        edits.append((starts[r0 - 1] + c0, starts[r1 - 1] + c1, text))
-    for begin, end, text in reversed(edits):
-        expr = expr[:begin] + text + expr[end:]
-    return expr, True
-
-
 def batch_row(first: np.ndarray, other: np.ndarray) -> np.ndarray | None:
     """A folded constant whose shape moves with the batch (``torch.zeros(x.shape[0], 4)``, an
     ``expand`` to the input's batch): its first slice along the axes that move, when the constant
