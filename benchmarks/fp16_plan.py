@@ -30,7 +30,6 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 def trained_recipes(folder: Path) -> list[Path]:
     sys.path.insert(0, str(TESTS))
-    import numpy as np
     import trained_models as tm
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -41,19 +40,29 @@ def trained_recipes(folder: Path) -> list[Path]:
     ):
         t = train(folder / f"{which}.pt")
         print(f"{which}: held-out accuracy {t.heldout_accuracy:.4f}", flush=True)
-        np.save(folder / f"{which}_heldout.npy", t.heldout_x)
-        data = {
-            "name": f"trained_{which}",
-            "task": task,
-            "model": {"factory": f"trained_models:{factory}", "checkpoint": str(t.checkpoint)},
-            "inputs": [{"name": "input", "shape": list(t.heldout_x.shape), "data": f"{which}_heldout.npy"}],
-            "check": {"samples": 1, "task_agreement": 0.999},
-            "compile": {"graph_kernel": "off", "warmup": 1, "runs": 2},
-        }
-        path = folder / f"{which}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        out.append(path)
+        out.append(
+            trained_recipe(folder, which, t, factory, task, compile={"graph_kernel": "off", "warmup": 1, "runs": 2})
+        )
     return out
+
+
+def trained_recipe(folder: Path, which: str, trained, factory: str, task: str, **sections) -> Path:
+    """``folder/<which>.yaml`` for a model tests/trained_models.py trained (``trained``: its result), on
+    its held-out inputs (saved beside it); ``sections``: the recipe sections the benchmark adds."""
+    import numpy as np
+
+    np.save(folder / f"{which}_heldout.npy", trained.heldout_x)
+    data = {
+        "name": f"trained_{which}",
+        "task": task,
+        "model": {"factory": f"trained_models:{factory}", "checkpoint": str(trained.checkpoint)},
+        "inputs": [{"name": "input", "shape": list(trained.heldout_x.shape), "data": f"{which}_heldout.npy"}],
+        "check": {"samples": 1, "task_agreement": 0.999},
+        **sections,
+    }
+    path = folder / f"{which}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions: list[float]) -> dict:

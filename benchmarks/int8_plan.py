@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from fp16_plan import trained_recipe
 
 from torch2ms.package import int8
 from torch2ms.package.emulate import Int8Emulator
@@ -72,17 +73,8 @@ def trained_recipes(folder: Path) -> list[tuple[Path, dict]]:
         ("shapes", shapes, "shapes_unet", "segmentation"),
     ):
         print(f"{which}: held-out accuracy {t.heldout_accuracy:.4f}", flush=True)
-        np.save(folder / f"{which}_heldout.npy", t.heldout_x)
-        data = {
-            "name": f"trained_{which}",
-            "task": task,
-            "model": {"factory": f"trained_models:{factory}", "checkpoint": str(t.checkpoint)},
-            "inputs": [{"name": "input", "shape": list(t.heldout_x.shape), "data": f"{which}_heldout.npy"}],
-            "check": {"samples": 1, "task_agreement": 0.999},
-            "quantize": {"calibration": f"{which}_calib.npy", "samples": 3},
-        }
-        path = folder / f"{which}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        quantize = {"calibration": f"{which}_calib.npy", "samples": 3}
+        path = trained_recipe(folder, which, t, factory, task, quantize=quantize)
         out.append((path, {"labels": t.heldout_y, "task": task}))
     return out
 
