@@ -12,13 +12,14 @@ writes benchmarks/results/module_layout.md (timings none: these are counts).
 from __future__ import annotations
 
 import ast
-import io
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_module_layout import export  # noqa: E402
 
 MODELS = {
     "deeplabv3plus": ("torch2ms.models.deeplabv3plus:deeplabv3plus", {"num_classes": 21}, (1, 3, 128, 128)),
@@ -44,25 +45,6 @@ def build(spec: str, kwargs: dict):
     return getattr(importlib.import_module(module), name)(**kwargs)
 
 
-def export(model, shape):
-    import onnx
-    import torch
-
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model.eval(),
-            (torch.zeros(*shape),),
-            buf,
-            dynamo=False,
-            opset_version=17,
-            training=torch.onnx.TrainingMode.PRESERVE,
-            input_names=["x"],
-        )
-    return onnx.load_from_string(buf.getvalue())
-
-
 def shape_of(source: str) -> dict:
     tree = ast.parse(source)
     classes = [c for c in tree.body if isinstance(c, ast.ClassDef)]
@@ -86,8 +68,7 @@ def measure(name: str) -> dict:
     spec, kwargs, shape = MODELS[name]
     torch.manual_seed(0)
     model = build(spec, kwargs).eval()
-    classes = {n: type(m).__name__ for n, m in model.named_modules() if n}
-    proto = export(model, shape)
+    proto, classes = export(model, shape)  # the test's export: TorchScript at opset 17, BatchNorm kept
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
