@@ -4,7 +4,8 @@
 within 1e-5 relative, so the difference is ~1e-5 of each term and float32's rounding of the terms
 (~1e-7 relative, summed in a different order by each implementation) becomes ~1e-2 of the output.
 Two correct float32 implementations (PyTorch, onnxruntime, MindSpore) are that far apart, so the
-noise-floor rule widens every stage's bound to ~0.1, past ``check.ceiling``. The K branch
+noise-floor rule widens every stage's bound to ~0.1, past ``check.ceiling``; in float64 they agree
+within ~1e-9. The K branch
 (Conv + BatchNorm + ReLU, one ``ConvBnAct`` after rebuild) is well-conditioned and weighs ~1% of
 the output: a fault there moves the output by a few percent, inside the widened bound.
 """

@@ -3,7 +3,10 @@
 The network (``ill_conditioned.ill_net``) is ill-conditioned by construction: two correct float32
 implementations are ~1e-2 apart on it, so the noise-floor rule widens every stage's bound to
 ~0.6, where a converter bug that moves the output by 10% would pass. With the ceiling (1e-3):
-- the export stage (onnxruntime against PyTorch, nothing to replay) is ``not checkable``;
+- the export stage (onnxruntime against PyTorch, nothing to replay) passes only because
+  ``model.onnx`` run in float64 agrees with PyTorch in float64 within 1e-5
+  (``evidence.by == "float64"``); a fault in the exported graph fails it, and a graph the float64
+  evaluator cannot run is ``not checkable``;
 - rebuild and fold pass only because ``diff``'s replay finds every statement within 1e-5 of
   onnxruntime on onnxruntime's own inputs (``evidence.by == "replay"``); compile on that replay and
   on its outputs matching the same code in PyNative;
@@ -15,8 +18,10 @@ from __future__ import annotations
 import json
 import shutil
 
+import onnx
 import pytest
 from conftest import write_recipe
+from onnx import numpy_helper
 from test_fault_injection import _inject, _missing_bias, _shuffled_weight, _sign_flip
 
 from torch2ms.errors import EXIT_NOT_CHECKABLE, NotCheckable
@@ -26,18 +31,35 @@ from torch2ms.recipe import load_recipe
 TARGET = "/k/k.0/Conv"  # the well-conditioned branch's Conv + BatchNorm + ReLU, one ConvBnAct
 
 
-@pytest.fixture(scope="module")
-def ill_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ill")
+def _ill_recipe(tmp, factory: str):
     path = write_recipe(
         tmp / "ill.yaml",
         name="ill",
-        model={"factory": "ill_conditioned:ill_net", "seed": 0},
+        model={"factory": f"ill_conditioned:{factory}", "seed": 0},
         inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
         task="other",
     )
-    recipe = load_recipe(path)
+    return load_recipe(path)
+
+
+@pytest.fixture(scope="module")
+def ill_run(tmp_path_factory):
+    recipe = _ill_recipe(tmp_path_factory.mktemp("ill"), "ill_net")
     return recipe, Runner(recipe, log=lambda m: None).run(until="compile")
+
+
+@pytest.fixture(scope="module")
+def unevaluated_run(tmp_path_factory):
+    """The same network, where onnx's reference evaluator cannot run the graph in float64 (as for an
+    op it does not implement): the export has no evidence."""
+
+    def run(*args, **kwargs):
+        raise NotImplementedError("Operator 'Conv' (domain '') has no float64 implementation")
+
+    recipe = _ill_recipe(tmp_path_factory.mktemp("ill32"), "ill_net")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("torch2ms.export.float64.run", run)
+        return recipe, Runner(recipe, log=lambda m: None).run(until="compile")
 
 
 def _record(result, stage: str) -> dict:
@@ -51,12 +73,57 @@ def test_the_network_widens_every_bound_past_the_ceiling(ill_run):
         assert bound["rel_error"] > 100 * recipe.check.ceiling, (stage, bound)
 
 
-def test_the_export_stage_without_evidence_is_not_checkable(ill_run):
-    _, result = ill_run
+def test_the_export_stage_passes_on_its_float64_evidence(ill_run):
+    recipe, result = ill_run
+    export = result.stages[0]
+    assert export.status == "passed", export.reason
+    record = _record(result, "export")
+    ev = record["evidence"]
+    assert record["worst"]["rel_error"] > 10 * recipe.check.ceiling  # float32 cannot decide: it needed evidence
+    assert ev["by"] == "float64" and "check.ceiling" in ev["needed"][0], ev
+    assert ev["max_rel_error"] <= 1e-6 and ev["local_bound"] == 1e-5 and ev["compared"] == 1, ev
+    assert ev["evaluator"] == "onnx.reference.ReferenceEvaluator"
+
+
+def _flip_sign_of(node_name: str):
+    """A fault in the exported graph: ``node_name``'s weight negated in model.onnx."""
+    from torch2ms.stages import export as export_stage
+
+    real = export_stage.export_model
+
+    def export_model(model, example, onnx_path, *args, **kwargs):
+        produced = real(model, example, onnx_path, *args, **kwargs)
+        graph = onnx.load(str(onnx_path))
+        weight = next(n.input[1] for n in graph.graph.node if n.name == node_name)
+        init = next(t for t in graph.graph.initializer if t.name == weight)
+        init.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(init), init.name))
+        onnx.save(graph, str(onnx_path))
+        return produced
+
+    return export_model
+
+
+def test_a_fault_in_the_exported_graph_fails_the_export(ill_run, tmp_path, monkeypatch):
+    recipe = _ill_recipe(tmp_path, "ill_net")
+    monkeypatch.setattr("torch2ms.stages.export.export_model", _flip_sign_of(TARGET))
+    result = Runner(recipe, out_root=tmp_path / "runs", log=lambda m: None).run(until="export")
+    export, record = result.stages[0], _record(result, "export")
+    assert export.status == "failed", record["evidence"]
+    # the old rule (the widened bound alone) would have passed it: the error is inside the bound
+    worst, bound = record["worst"], record["bounds"]["output"]
+    assert recipe.check.ceiling < worst["rel_error"] <= bound["rel_error"] and worst["cosine"] >= bound["cosine"]
+    ev = record["evidence"]
+    assert ev["by"] == "wrong" and ev["max_rel_error"] > 100 * ev["local_bound"], ev
+    assert "model.onnx in float64 differs from PyTorch in float64" in export.reason
+
+
+def test_an_export_without_float64_evidence_is_not_checkable(unevaluated_run):
+    _, result = unevaluated_run
     export = result.stages[0]
     assert export.status == "not checkable", export.reason
     record = _record(result, "export")
     assert record["evidence"]["by"] == "none" and "check.ceiling" in record["evidence"]["needed"][0]
+    assert "cannot run model.onnx in float64 (NotImplementedError" in record["evidence"]["why"]
     worst, bound = record["worst"], record["bounds"]["output"]
     assert worst["rel_error"] <= bound["rel_error"] and worst["cosine"] >= bound["cosine"]  # the old rule passed it
     assert "inputs[].data" in export.reason
@@ -102,10 +169,10 @@ def test_a_fault_inside_the_widened_bound_fails(ill_run, tmp_path, monkeypatch, 
     assert f"'{TARGET}'" in rebuild.reason
 
 
-def test_a_not_checkable_verdict_is_kept_and_compile_replays_what_fold_did_not_record(ill_run, tmp_path):
+def test_a_not_checkable_verdict_is_kept_and_compile_replays_what_fold_did_not_record(unevaluated_run, tmp_path):
     """A re-run keeps the export's verdict without exporting again; compile, without fold's recorded
     replay, replays fold's network.py itself."""
-    recipe, result = ill_run
+    recipe, result = unevaluated_run
     root = tmp_path / "runs"
     shutil.copytree(result.root, root / recipe.name, ignore=shutil.ignore_patterns(".lock"))
     fold = root / recipe.name / "fold" / "stage.json"

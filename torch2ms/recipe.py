@@ -238,7 +238,8 @@ class CheckSpec(_Strict):
         default=1e-3,
         gt=0,
         description="the widest relative error a widened bound (noise_factor) passes without evidence that every "
-        "node is right (diff's replay); beyond it a stage without that evidence is 'not checkable'",
+        "node is right (diff's replay; for export, model.onnx in float64 against PyTorch in float64); beyond it a "
+        "stage without that evidence is 'not checkable'",
     )
     task_agreement: float | None = Field(
         default=None, ge=0, le=1, description="minimum task agreement with PyTorch (default: the task's own gate)"

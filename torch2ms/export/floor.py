@@ -95,18 +95,25 @@ def float32_task_floor(recipe, outputs, wide) -> dict | None:
     return {"metric": result.metric, "agreement": result.agreement} if result else None
 
 
-def floor_fields(recipe, model, samples, outputs, ort_out, ort_batches, batch_reference) -> dict:
+def floor_fields(recipe, model, samples, outputs, ort_out, ort_batches, batch_reference) -> tuple[dict, dict | None]:
     """The export record's floor fields: ``float32_floor_needed`` (false: onnxruntime met the
     recipe's bound, so float64 was not run, no floor could matter), and when it was needed the
     ``float32_floor`` and ``float32_task_floor`` measured. ``outputs``: PyTorch's float32 outputs
-    per sample; ``ort_out``/``ort_batches``: onnxruntime's, checked against them."""
+    per sample; ``ort_out``/``ort_batches``: onnxruntime's, checked against them.
+
+    Also returns PyTorch's float64 outputs when they were run (``{"samples": [...], "batches":
+    {size: [...]}}``, else None): what ``model.onnx`` in float64 is held to when the check lies
+    beyond ``check.ceiling`` (``pipeline.evidence.for_export``)."""
     fields: dict = {"float32_floor_needed": misses_recipe_bound(recipe, ort_out, outputs, ort_batches, batch_reference)}
-    if fields["float32_floor_needed"]:
-        wide = float64_outputs(model, samples)
-        floor, task_floor = float32_floor(outputs, wide), float32_task_floor(recipe, outputs, wide)
-        del wide
-        if floor:
-            fields["float32_floor"] = floor
-        if task_floor:
-            fields["float32_task_floor"] = task_floor
-    return fields
+    if not fields["float32_floor_needed"]:
+        return fields, None
+    wide = float64_outputs(model, samples)
+    floor, task_floor = float32_floor(outputs, wide), float32_task_floor(recipe, outputs, wide)
+    if floor:
+        fields["float32_floor"] = floor
+    if task_floor:
+        fields["float32_task_floor"] = task_floor
+    if wide is None:
+        return fields, None
+    batches = {n: float64_outputs(model, [sample]) for n, (sample, _) in (batch_reference or {}).items()}
+    return fields, {"samples": wide, "batches": batches}

@@ -10,10 +10,16 @@ positive evidence that every node is right, recorded in ``stage.json`` ``evidenc
   ``by: replay`` with the worst local error and its node. A node beyond that fails the stage.
 - compile, mindir: they run the network.py of an earlier stage in another mode. Evidence is that
   code's replay plus the stage's outputs within the recipe's bound of the same code in PyNative.
-- export: none. Its check is onnxruntime against PyTorch: there is no generated code to replay, an
-  ONNX node has no PyTorch statement to recompute, and onnxruntime's CPU Conv has no float64
-  kernel ("Could not find an implementation for Conv(11)"), so no float64 run either. Later
-  stages' replay proves the converter's nodes against onnxruntime, not onnxruntime against
+- export: ``by: float64``. Its check is onnxruntime against PyTorch: there is no generated code to
+  replay, and an ONNX node has no PyTorch statement to recompute. Instead ``model.onnx`` widened to
+  float64 runs on onnx's reference evaluator (``export.float64``; onnxruntime's CPU Conv has no
+  float64 kernel) against the PyTorch model in float64, which the float32 floor already ran. In
+  float64 the arithmetic's drift shrinks by ~1e9 and a wrong node does not; the graph's float32
+  attributes and scalars take back the numbers they were rounded from (``export.float64.exact``).
+  So every output, at the samples and the extra batch sizes, must agree within ``LOCAL_SHARE`` of
+  the tolerance (1e-5), as a replayed statement must; beyond it the exported graph computes
+  something else (``by: wrong``: failed).
+  Later stages' replay proves the converter's nodes against onnxruntime, not the graph against
   PyTorch, so they cannot vouch for it.
 
 Without evidence (``by: none``) the stage is ``not checkable`` at these inputs: the run goes on
@@ -108,6 +114,49 @@ def _replay(ctx, src, tol: Tolerance, needed: list[str]) -> dict:
         why = diff.local_summary() if diff.wrong is not None else "its replay compared no statement"
         return none(needed, f"{src.name}'s network.py: {why}")
     return from_replay(diff, src.name, needed)
+
+
+def for_export(ctx, onnx_path, needed: list[str]) -> dict:
+    """The export stage: ``model.onnx`` in float64 (onnx's reference evaluator) against PyTorch in
+    float64 on the same inputs, within the replay's local bound (``export.float64``)."""
+    import time
+
+    from torch2ms.bounds import widen
+    from torch2ms.compare import worst
+    from torch2ms.export import float64
+    from torch2ms.pipeline.divergence import LOCAL_SHARE
+
+    wide = ctx.cache.get("float64_reference")
+    if wide is None:
+        return none(needed, "the PyTorch model does not run in float64, so nothing can hold model.onnx to it")
+    samples, outputs = ctx.cache["reference"]
+    runs = [("the samples", samples, wide["samples"])]
+    runs += [(f"batch {n}", [ctx.cache["batch_reference"][n][0]], w) for n, w in wide["batches"].items()]
+    check = ctx.recipe.check
+    tol = Tolerance(*widen(check.rel_error, check.cosine, LOCAL_SHARE))
+    start, metrics, apart = time.perf_counter(), [], []
+    for where, inputs, reference in runs:
+        try:
+            got = float64.run(onnx_path, inputs, list(outputs[0]))
+        except Exception as err:  # noqa: BLE001 - any op the reference evaluator cannot run in float64
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            return none(needed, f"{float64.EVALUATOR} cannot run model.onnx in float64 ({type(err).__name__}: {first})")
+        same = compare_outputs(got, reference)
+        metrics += same
+        apart += [f"{where}, output {m.name!r}: {v}" for m in same for v in tol.violations(m)]
+    found = {
+        "needed": needed,
+        "evaluator": float64.EVALUATOR,
+        "local_bound": tol.rel_error,
+        "max_rel_error": max(m.rel_error for m in metrics),
+        "min_cosine": min(m.cosine for m in metrics),
+        "compared": len(metrics),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    if apart:
+        why = f"model.onnx in float64 differs from PyTorch in float64: {'; '.join(apart)}"
+        return {"by": "wrong", **found, "node": None, "why": why, "output": worst(metrics).name}
+    return {"by": "float64", **found}
 
 
 def reason(evidence: dict) -> str:

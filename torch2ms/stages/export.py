@@ -119,7 +119,7 @@ class ExportStage(Stage):
         )
         ort_out, ort_batches = ort_all[: len(samples)], dict(zip(extra_in, ort_all[len(samples) :]))
         # the float32 noise floor needs the PyTorch model, so it is kept until here
-        floor = floor_fields(
+        floor, ctx.cache["float64_reference"] = floor_fields(
             recipe, model, samples, torch_run.outputs, ort_out, ort_batches, ctx.cache["batch_reference"]
         )
         del model

@@ -1,0 +1,108 @@
+"""``model.onnx`` in float64 (``torch2ms.export.float64``), the export stage's evidence past
+``check.ceiling``: a right graph agrees with PyTorch in float64 far inside the 1e-5 it is held to,
+once its float32 attributes and scalars take back the numbers they were rounded from."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from torch2ms.export import float64
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        (1e-3, 1e-3),
+        (1e-5, 1e-5),
+        (1 / 6, 1 / 6),
+        (2 / 3, 2 / 3),
+        (32**-0.5, 32**-0.5),
+        (0.044715, 0.044715),
+        (3.0, 3.0),
+    ],
+)
+def test_a_float32_scalar_takes_back_the_number_it_was_rounded_from(written, meant):
+    stored = float(np.float32(written))
+    assert stored != meant or written == 3.0  # float32 moved it (3.0 is exact)
+    assert float64.exact(stored) == meant
+
+
+def test_a_scalar_without_a_simple_form_stays_within_float32s_rounding():
+    stored = float(np.float32(np.pi))
+    assert np.float32(float64.exact(stored)) == np.float32(stored)
+
+
+class Scaled(nn.Module):
+    """What moved a right graph away from PyTorch in float64 before its constants were taken back:
+    BatchNorm's epsilon 1e-3, HardSwish (1/6 in its function body), an attention scale 1/sqrt(32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)
+        self.bn = nn.BatchNorm2d(32, eps=1e-3)
+        self.act = nn.Hardswish()
+
+    def forward(self, x):
+        h = self.act(self.bn(self.conv(x))).flatten(2)  # [1, 32, 64]
+        attn = (h.transpose(1, 2) @ h) * 32**-0.5
+        return attn.softmax(-1) @ h.transpose(1, 2)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(0)
+    model = Scaled().eval()
+    with torch.no_grad():
+        model.bn.running_var.uniform_(1e-3, 1e-2)  # small variances: the epsilon matters
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path_factory.mktemp("f64") / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(  # as the export stage does: TorchScript, BatchNorm kept (not folded in float32)
+            model,
+            (x,),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=17,
+            dynamo=False,
+            training=torch.onnx.TrainingMode.PRESERVE,
+        )
+    with torch.no_grad():
+        wide = model.double()(x.double()).numpy()
+    return path, x.numpy(), wide
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def test_the_graph_in_float64_agrees_with_pytorch_in_float64(exported):
+    path, x, wide = exported
+    got = float64.run(path, [{"x": x}], ["y"])[0]["y"]
+    assert got.dtype == np.float64
+    assert _rel(got, wide) < 1e-13
+
+
+def test_without_the_numbers_taken_back_the_float32_constants_show(exported, monkeypatch):
+    """The same run with each scalar left as float32 stores it: float32's rounding of the constants
+    alone, ~1e-8 here, is what the 1e-5 bound would otherwise have to absorb on a deep network."""
+    path, x, wide = exported
+    monkeypatch.setattr(float64, "exact", lambda v: float(np.float32(v)))
+    monkeypatch.setattr(float64, "_hard_swish", lambda: _unused_op())
+    got = float64.run(path, [{"x": x}], ["y"])[0]["y"]
+    assert _rel(got, wide) > 1e-10
+
+
+def _unused_op():
+    from onnx.reference.op_run import OpRun
+
+    class Unused(OpRun):
+        op_domain = "unused"
+
+    return Unused
