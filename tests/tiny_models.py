@@ -157,3 +157,29 @@ class TinyText(nn.Module):
 
 def tiny_text(vocab: int = 50, dim: int = 16, classes: int = 3) -> nn.Module:
     return TinyText(vocab, dim, classes)
+
+
+class TinyEncoder(nn.Module):
+    """A ViT-style encoder block on a patch embedding: PyTorch's own MultiheadAttention (its
+    projections called functionally, so no ONNX scope names them) and two LayerNorms whose default
+    weights (ones, zeros) the exporter merges into shared initializers."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, classes: int = 4):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.ln_1 = nn.LayerNorm(dim)
+        self.self_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        h = self.ln_1(x)
+        x = x + self.self_attention(h, h, h, need_weights=False)[0]
+        x = x + self.mlp(self.ln_2(x))
+        return self.head(x.mean(1))
+
+
+def tiny_encoder() -> nn.Module:
+    return TinyEncoder()

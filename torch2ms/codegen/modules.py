@@ -570,6 +570,7 @@ class ModuleLayout:
         b = self.b
         root = s.parent is None
         self.prefix = snake(s.module.replace(".", "_")) + "_" if s.module else ""
+        self.raw_prefix = f"{s.raw}." if s.raw else ""
         attrs = Namer(CELL_NAMES)
         names = Namer({"batch"} if self.batch else set())
         local: dict[str, str] = {}
@@ -700,11 +701,22 @@ class ModuleLayout:
         )
         params[name] = flat
 
+    def _layer_name(self, node) -> str | None:
+        """A layer's PyTorch name, when the weights it reads are named after it inside this module
+        (``out_proj.weight`` -> ``out_proj``, ``in_proj_bias`` -> ``in_proj``): MultiheadAttention's
+        projections, which PyTorch calls functionally, so that no ONNX scope names them."""
+        for name in node.inputs:
+            if self.raw_prefix and name.startswith(self.raw_prefix):
+                head = re.sub(r"_(weight|bias)$", "", name[len(self.raw_prefix) :].split(".")[0])
+                if head.isidentifier() and head not in ("weight", "bias"):
+                    return snake(head)
+        return None
+
     def _statement(self, i, hint, local, names, attrs, attr_expr, init, own_tensors, params, lines, entries):
         st = self.b.statements[i]
         for r in self.refs[i]:
             if r in self.layer_names and r not in attr_expr:
-                attr = attrs(snake(self.layer_calls[r].callee.split(".")[-1]))
+                attr = attrs(self._layer_name(st.node) or snake(self.layer_calls[r].callee.split(".")[-1]))
                 attr_expr[r] = f"self.{attr}"
                 init.append([f"self.{attr} = ", *call_pieces(self.layer_calls[r])])
                 params.update({f"{attr}.{p}": f"{r}.{p}" for p in self.b.layer_params[r]})

@@ -302,16 +302,18 @@ def export_model(model, example, onnx_path: Path, input_names, output_names, rec
             f"export: {produced.exporter} at opset {produced.opset} wrote model.onnx after "
             + "; ".join(describe_attempts(failed))
         )
-    _strip_wrapper_names(onnx_path)
+    _tidy(onnx_path, model)
     onnx.checker.check_model(str(onnx_path))
     return produced, failed, tracer
 
 
-def _strip_wrapper_names(path: Path) -> None:
-    """Drop the prefix the export wrapper adds to node names (``/inner/``) and weights (``inner.``)."""
+def _tidy(path: Path, model) -> None:
+    """Drop the prefix the export wrapper adds to node names (``/inner/``) and weights (``inner.``),
+    and give back each weight the exporter merged its own initializer (``unmerge``)."""
     import onnx
 
     m = onnx.load(str(path))
+    unmerge(m, set(model.state_dict()))
     renamed = {t.name: t.name[len("inner.") :] for t in m.graph.initializer if t.name.startswith("inner.")}
     for t in m.graph.initializer:
         t.name = renamed.get(t.name, t.name)
@@ -323,3 +325,27 @@ def _strip_wrapper_names(path: Path) -> None:
         from torch2ms.pipeline.workspace import atomic_write_bytes
 
         atomic_write_bytes(path, m.SerializeToString())
+
+
+def unmerge(m, keys: set[str]) -> list[str]:
+    """The TorchScript exporter keeps one initializer for equal weights and reads the others through
+    ``Identity`` nodes (every LayerNorm's default ones: ``inner.ln_2.weight = Identity(inner.ln_1.weight)``).
+    Each such weight of the state_dict (``keys``) becomes an initializer of its own again, so that the
+    weight map and ``load-weights`` tell ``ln_1.weight`` from ``ln_2.weight`` (weights trained apart
+    are no longer equal). Returns the weights given back."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in m.graph.initializer}
+    back: dict[str, str] = {}
+    for n in list(m.graph.node):
+        if n.op_type != "Identity" or n.input[0] not in inits or n.output[0] in inits:
+            continue
+        out = n.output[0]
+        if out.removeprefix("inner.") not in keys:
+            continue
+        copy = numpy_helper.from_array(numpy_helper.to_array(inits[n.input[0]]), out)
+        m.graph.initializer.append(copy)
+        inits[out] = copy
+        m.graph.node.remove(n)
+        back[out] = n.input[0]
+    return [k.removeprefix("inner.") for k in back]

@@ -311,7 +311,7 @@ def graph_from_model(
         for o in n.output:
             values.setdefault(o, Value(o))
     graph = Graph(nodes, values, inputs, [o.name for o in g.output], opset, name=g.name or "network")
-    graph.scopes = _module_scopes(g)
+    graph.scopes = module_scopes(g)
     if fold:
         _infer_and_fold(model, graph, source, input_values)
     return graph
@@ -357,7 +357,7 @@ def session_with_outputs(
     return onnxrt.session(data, purpose or onnxrt.SHAPES, op_types)
 
 
-def _module_scopes(g: onnx.GraphProto) -> dict[str, str]:
+def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
     """The module path of each node the dynamo exporter named (``pkg.torch.onnx.name_scopes``: the
     module paths from the root down, then the op's own name, e.g. ``['', 'layer', 'layer.0', 'relu']``
     for a ReLU called in module ``layer.0``)."""
