@@ -1,7 +1,8 @@
 """Weights the exporter merged: a model with default LayerNorm weights (ones, zeros) and
 MultiheadAttention exports one initializer for several state_dict keys, so matching a parameter by
 its values alone cannot tell ``ln_1.weight`` from ``ln_2.weight``. ``weight_map.json`` names each
-key's own parameter (the module it belongs to decides), so weights trained apart move in apart; and
+key's own parameter (the export gives each merged weight its own initializer back), so weights
+trained apart move in apart; and
 the attention's projections are named as in PyTorch (``in_proj``, ``out_proj``), not ``dense``."""
 
 from __future__ import annotations
