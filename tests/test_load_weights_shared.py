@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-import yaml
-from conftest import run_cli
+from conftest import run_cli, write_recipe
 from tiny_models import tiny_encoder
 
 from torch2ms.pipeline.runner import Runner
@@ -27,16 +26,14 @@ SHAPE = [2, 3, 16, 16]
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     d = tmp_path_factory.mktemp("shared")
-    recipe = d / "encoder.yaml"
-    data = {
-        "name": "encoder",
-        "task": "other",
-        "model": {"factory": "tiny_models:tiny_encoder", "seed": 0},
-        "inputs": [{"name": "input", "shape": SHAPE}],
-        "check": {"samples": 1},
-        "output": str(d / "runs"),
-    }
-    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = write_recipe(
+        d / "encoder.yaml",
+        name="encoder",
+        task="other",
+        model={"factory": "tiny_models:tiny_encoder", "seed": 0},
+        inputs=[{"name": "input", "shape": SHAPE}],
+        check={"samples": 1},
+    )
     result = Runner(load_recipe(recipe), log=lambda m: None).run(until="fold")
     status = {s.stage: s.status for s in result.stages}
     assert [status[s] for s in ("export", "rebuild", "fold")] == ["passed"] * 3, status
