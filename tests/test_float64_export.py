@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from torch import nn
@@ -106,3 +107,27 @@ def _unused_op():
         op_domain = "unused"
 
     return Unused
+
+
+class TopQueries(nn.Module):
+    """RT-DETR's query selection: the 10 best of 100 candidates, gathered (GatherElements over an
+    axis of 100, more than the 32 positions the evaluator's own GatherElements takes)."""
+
+    def forward(self, x):
+        scores = x.sum(-1)  # [1, 100]
+        index = scores.topk(10, dim=1).indices.unsqueeze(-1).expand(-1, -1, x.shape[-1])
+        return torch.gather(x, 1, index)
+
+
+def test_gather_elements_over_more_than_32_positions(tmp_path):
+    x = torch.randn(1, 100, 4, generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            TopQueries(), (x,), str(path), input_names=["x"], output_names=["y"], opset_version=17, dynamo=False
+        )
+    assert "GatherElements" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    got = float64.run(path, [{"x": x.numpy()}], ["y"])[0]["y"]
+    expected = TopQueries()(x.double()).numpy()
+    assert np.array_equal(got, expected)
