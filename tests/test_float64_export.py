@@ -131,3 +131,34 @@ def test_gather_elements_over_more_than_32_positions(tmp_path):
     got = float64.run(path, [{"x": x.numpy()}], ["y"])[0]["y"]
     expected = TopQueries()(x.double()).numpy()
     assert np.array_equal(got, expected)
+
+
+class Sampled(nn.Module):
+    """Deformable attention's GridSample, with modes, paddings and corner alignments that differ
+    (a node run with another node's attributes gives other numbers)."""
+
+    def forward(self, x, grid):
+        a = nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        b = nn.functional.grid_sample(x, grid * 1.5, mode="nearest", padding_mode="border", align_corners=True)
+        c = nn.functional.grid_sample(x, grid * 1.5, mode="bilinear", padding_mode="reflection", align_corners=True)
+        return a + 2 * b + 3 * c
+
+
+def test_grid_sample_keeps_each_nodes_mode_padding_and_alignment(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x, grid = torch.randn(1, 2, 6, 7, generator=g), torch.rand(1, 5, 4, 2, generator=g) * 2 - 1
+    path = tmp_path / "model.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Sampled(),
+            (x, grid),
+            str(path),
+            input_names=["x", "grid"],
+            output_names=["y"],
+            opset_version=17,
+            dynamo=False,
+        )
+    assert sum(n.op_type == "GridSample" for n in onnx.load(str(path)).graph.node) == 3
+    got = float64.run(path, [{"x": x.numpy(), "grid": grid.numpy()}], ["y"])[0]["y"]
+    assert _rel(got, Sampled()(x.double(), grid.double()).numpy()) < 1e-14

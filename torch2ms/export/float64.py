@@ -15,7 +15,9 @@ a float attribute or scalar constant (BatchNorm's epsilon 1e-3 is 1.0000000475e-
 alpha 1/6 is 0.16666667163, an attention scale 1/sqrt(32) is 0.17677669) takes back the number it
 was rounded from (``exact``), and HardSwish, which the evaluator would expand through a
 float32 ``alpha=1/6``, runs as its definition, ``x * clip(x / 6 + 1/2, 0, 1)`` (and GatherElements
-as ``take_along_axis``: the evaluator's takes at most 32 positions under numpy 1). Measured in the
+as ``take_along_axis``: the evaluator's takes at most 32 positions under numpy 1; GridSample on
+PyTorch's float64 kernel with the node's own attributes: the evaluator's loops over every point
+and knows only opset 20's mode names). Measured in the
 zoos (float32 onnxruntime vs PyTorch → float64 graph vs PyTorch): LeViT-192 1.6e-2 → 4.6e-11
 (4.3e-3 with the float32 constants), yolo12n 2.9e-3 → 3.0e-12 (1.1e-5), yolov9t 6.2e-3 → 6.6e-12
 (7.1e-5). A non-scalar constant the exporter computed in float32 (a folded table) cannot be taken
@@ -114,7 +116,9 @@ def run(onnx_path, samples: list[dict[str, np.ndarray]], names: list[str]) -> li
     import onnx
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(widen(onnx.load(str(onnx_path))), new_ops=[_hard_swish(), _gather_elements()])
+    evaluator = ReferenceEvaluator(
+        widen(onnx.load(str(onnx_path))), new_ops=[_hard_swish(), _gather_elements(), _grid_sample()]
+    )
     for node in evaluator.rt_nodes_:  # float attributes, given or schema defaults: float32 in the proto
         for name, value in list(vars(node).items()):
             if isinstance(value, (float, np.floating)) and not name.startswith("_"):
@@ -154,3 +158,37 @@ def _gather_elements():
             return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
 
     return GatherElements
+
+
+def _grid_sample():
+    """GridSample (opset 16 and 20 mode names) on ``torch.nn.functional.grid_sample`` in float64 with
+    the node's own mode, padding and corner alignment: the ONNX op was defined as that function, and
+    the evaluator's own implementation loops over every sampled point in Python."""
+    from onnx.reference.op_run import OpRun
+
+    modes = {
+        "linear": "bilinear",
+        "bilinear": "bilinear",
+        "cubic": "bicubic",
+        "bicubic": "bicubic",
+        "nearest": "nearest",
+    }
+
+    class GridSample(OpRun):
+        op_domain = ""
+
+        def _run(self, x, grid, align_corners=None, mode=None, padding_mode=None):
+            import torch
+
+            mode = mode.decode() if isinstance(mode, bytes) else (mode or "linear")
+            padding = padding_mode.decode() if isinstance(padding_mode, bytes) else (padding_mode or "zeros")
+            out = torch.nn.functional.grid_sample(
+                torch.from_numpy(np.ascontiguousarray(x)),
+                torch.from_numpy(np.ascontiguousarray(grid)),
+                mode=modes[mode],
+                padding_mode=padding,
+                align_corners=bool(align_corners),
+            )
+            return (out.numpy(),)
+
+    return GridSample
