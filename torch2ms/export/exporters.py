@@ -321,10 +321,39 @@ def _tidy(path: Path, model) -> None:
         if n.name.startswith("/inner/"):
             n.name = n.name[len("/inner") :]
         n.input[:] = [renamed.get(i, i) for i in n.input]
+        _unwrap_scopes(n)
     if m.graph.node:
         from torch2ms.pipeline.workspace import atomic_write_bytes
 
         atomic_write_bytes(path, m.SerializeToString())
+
+
+def _unwrap_scopes(node) -> None:
+    """The dynamo exporter's module metadata without the export wrapper: ``name_scopes``
+    ``['', 'inner', 'inner.layer1', 'relu']`` -> ``['', 'layer1', 'relu']``, and the wrapper's class
+    out of ``class_hierarchy`` (else every module path starts with ``inner`` and the module classes
+    nest under a module the user's model does not have)."""
+    import ast
+
+    meta = {p.key: p for p in node.metadata_props}
+    scopes = meta.get("pkg.torch.onnx.name_scopes")
+    if scopes is None:
+        return
+    try:
+        paths = ast.literal_eval(scopes.value)
+    except (ValueError, SyntaxError):
+        return
+    if not (isinstance(paths, list) and len(paths) > 1 and paths[1] == "inner"):
+        return
+    scopes.value = repr([paths[0], *(p[len("inner.") :] if p.startswith("inner.") else p for p in paths[2:])])
+    classes = meta.get("pkg.torch.onnx.class_hierarchy")
+    if classes is not None:
+        try:
+            names = ast.literal_eval(classes.value)
+        except (ValueError, SyntaxError):
+            return
+        if isinstance(names, list) and len(names) > 1:
+            classes.value = repr(names[1:])  # the wrapper was the root: the model's class is now
 
 
 def unmerge(m, keys: set[str]) -> list[str]:
