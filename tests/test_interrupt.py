@@ -414,3 +414,20 @@ def test_files_written_atomically_follow_the_umask(tmp_path):
     assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "private.md").stat().st_mode & 0o777 == 0o600
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_ctrl_c_during_a_stages_check_discards_its_partial_folder(tmp_path, monkeypatch):
+    """Ctrl-C can land after a stage's ``run`` returned, while its outputs are checked (or replayed):
+    the partial folder goes then too. Under load the compile test above froze the run in that window
+    and found ``.compile.partial`` left behind."""
+    recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "_verdict", interrupted)
+    runner = Runner(recipe, log=lambda m: None)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(until="export")
+    root = runner.run_dir.root
+    assert not (root / ".export.partial").exists() and not (root / "export").exists(), sorted(root.iterdir())

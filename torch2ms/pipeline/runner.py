@@ -209,7 +209,16 @@ class Runner:
         return out
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
+        """Run, check and commit ``stage``; interrupted anywhere before the commit (Ctrl-C during its
+        check or its replay, not only its ``run``), its partial folder goes."""
         out = self.run_dir.fresh_partial(stage.name)
+        try:
+            return self._checked(stage, out, fp, fp_payload, done, floors)
+        except BaseException:
+            self.run_dir.discard_partial(stage.name)
+            raise
+
+    def _checked(self, stage: Stage, out: Path, fp: str, fp_payload: dict, done: list[str], floors: Floors):
         memory = StageMemory().start()
         t0, cpu0 = time.perf_counter(), time.process_time()
         produced = self._run(stage, out, done)
