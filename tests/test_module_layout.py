@@ -177,6 +177,38 @@ def test_dynamo_export_gets_the_module_classes_from_its_metadata(tmp_path):
     assert net.layout["nodes_in_modules"] == net.layout["nodes"]
 
 
+class SplitAttention(nn.Module):
+    """``torch.split`` inside a module: the dynamo exporter writes its Split without module metadata."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Conv2d(8, 24, 1)
+
+    def forward(self, x):
+        q, k, v = torch.split(self.qkv(x), [8, 8, 8], dim=1)
+        return q * k + v
+
+
+class SplitNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.attn = SplitAttention()
+
+    def forward(self, x):
+        return self.attn(self.stem(x))
+
+
+def test_a_dynamo_node_without_module_metadata_goes_to_its_consumers_module(tmp_path):
+    """The Split belongs to ``attn``, where all its consumers are: ``attn`` is one class, not inlined
+    into the network (timm's halo nets kept 9-13 modules inline for this)."""
+    proto, _ = export(SplitNet(), (1, 3, 8, 8), dynamo=True)
+    assert [n for n in proto.graph.node if n.op_type == "Split" and not n.metadata_props], "the exporter changed"
+    net, _ = check(tmp_path, SplitNet(), (1, 3, 8, 8), dynamo=True)
+    assert set(classes_of(net.source)) == {"SplitAttention", "Net"}  # Net: the network, as convert() names it
+    assert not net.layout.get("inlined") and net.layout["nodes_in_modules"] == net.layout["nodes"], net.layout
+
+
 def randomized_net() -> nn.Module:
     return _randomize(Net())
 

@@ -379,6 +379,31 @@ def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
             scope = scope.rpartition(".")[0]
         if scope:
             out[n.name or f"{n.op_type}_{i}"] = scope
+    return _unscoped_by_consumers(g, out) if out else out
+
+
+def _unscoped_by_consumers(g: onnx.GraphProto, scopes: dict[str, str]) -> dict[str, str]:
+    """A node the exporter left without ``name_scopes`` (its ``Split`` of ``torch.split``) belongs to
+    the innermost module that every consumer of its outputs is in; without this it is the network's
+    own code, and each module it feeds interleaves with the network (timm's halo attention: 9-13
+    modules inlined, 73-77% of the nodes in a class)."""
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(g.node)]
+    consumers: dict[str, list[str]] = {}
+    for name, n in zip(names, g.node):
+        for x in n.input:
+            consumers.setdefault(x, []).append(name)
+    out = dict(scopes)
+    for name, n in reversed(list(zip(names, g.node))):  # consumers first: a chain of such nodes resolves
+        users = [u for o in n.output for u in consumers.get(o, [])]
+        if name in out or not users or any(u not in out for u in users):
+            continue
+        common: list[str] = []
+        for parts in zip(*(out[u].split(".") for u in users)):
+            if len(set(parts)) > 1:
+                break
+            common.append(parts[0])
+        if common:
+            out[name] = ".".join(common)
     return out
 
 
