@@ -209,8 +209,8 @@ class Runner:
         return out
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
-        """Run, check and commit ``stage``; interrupted anywhere before the commit (Ctrl-C during its
-        check or its replay, not only its ``run``), its partial folder goes."""
+        """Run, check and commit ``stage``; on any error or interrupt before the commit (in its ``run``,
+        its check or its replay), its partial folder goes."""
         out = self.run_dir.fresh_partial(stage.name)
         try:
             return self._checked(stage, out, fp, fp_payload, done, floors)
@@ -262,17 +262,13 @@ class Runner:
         return StageResult(stage.name, verdict.status, record, verdict.reason, declared=stage)
 
     def _run(self, stage: Stage, out: Path, done: list[str]) -> StageOutput:
-        """The stage's ``run``; on any error its partial folder goes, and an error that is not the
-        tool's own becomes ``StageFailed`` naming the stages done before it."""
+        """The stage's ``run``; an error that is not the tool's own becomes ``StageFailed`` naming the
+        stages done before it (``_execute`` discards the partial folder on any error)."""
         try:
             return stage.run(self.ctx, out)
-        except Torch2msError:
-            self.run_dir.discard_partial(stage.name)
+        except (Torch2msError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as err:
-            self.run_dir.discard_partial(stage.name)
-            if isinstance(err, (KeyboardInterrupt, SystemExit)):
-                raise
             raise StageFailed(
                 f"stage {stage.name!r} failed after {done}: {type(err).__name__}: {err}",
                 hint="re-run with --debug for the traceback",
@@ -298,7 +294,6 @@ class Runner:
         try:  # e.g. an output of another shape than PyTorch's: the stage failed, not the tool
             metrics = compare_outputs(produced.outputs, ref_out)
         except (ValueError, KeyError) as err:
-            self.run_dir.discard_partial(stage.name)
             raise StageFailed(
                 f"stage {stage.name!r} failed after {done}: its outputs cannot be compared with PyTorch's: {err}"
             ) from err
