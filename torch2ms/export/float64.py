@@ -27,6 +27,8 @@ back; a model whose outputs hang on one may find its export held wrong at 1e-5.
 from __future__ import annotations
 
 import numpy as np
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
 
 EVALUATOR = "onnx.reference.ReferenceEvaluator"
 
@@ -112,13 +114,11 @@ def _widen_constant(node) -> None:
 
 def run(onnx_path, samples: list[dict[str, np.ndarray]], names: list[str]) -> list[dict[str, np.ndarray]]:
     """``model.onnx`` widened to float64 on ``samples`` (float inputs widened, token ids and masks as
-    they are): per sample, output name -> float64 array, for the outputs ``names``."""
+    they are): per sample, output name -> float64 array, for the outputs ``names``. One evaluator
+    for all of them."""
     import onnx
-    from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(
-        widen(onnx.load(str(onnx_path))), new_ops=[_hard_swish(), _gather_elements(), _grid_sample()]
-    )
+    evaluator = ReferenceEvaluator(widen(onnx.load(str(onnx_path))), new_ops=list(OPS))
     for node in evaluator.rt_nodes_:  # float attributes, given or schema defaults: float32 in the proto
         for name, value in list(vars(node).items()):
             if isinstance(value, (float, np.floating)) and not name.startswith("_"):
@@ -130,65 +130,58 @@ def run(onnx_path, samples: list[dict[str, np.ndarray]], names: list[str]) -> li
     return results
 
 
-def _hard_swish():
+class HardSwish(OpRun):
     """HardSwish as ONNX defines it (``x * max(0, min(1, x / 6 + 0.5))``), exact in float64 (the
     evaluator's expansion takes its function body's float32 ``alpha``)."""
-    from onnx.reference.op_run import OpRun
 
-    class HardSwish(OpRun):
-        op_domain = ""
+    op_domain = ""
 
-        def _run(self, x):
-            return (x * np.clip(x / 6 + 0.5, 0, 1),)
-
-    return HardSwish
+    def _run(self, x):
+        return (x * np.clip(x / 6 + 0.5, 0, 1),)
 
 
-def _gather_elements():
+class GatherElements(OpRun):
     """GatherElements as ONNX defines it, on any axis length (the evaluator's ``np.choose`` takes at
     most 32 choices under numpy 1: RT-DETR gathers 300 of 8400 queries)."""
-    from onnx.reference.op_run import OpRun
 
-    class GatherElements(OpRun):
-        op_domain = ""
+    op_domain = ""
 
-        def _run(self, data, indices, axis=None):
-            axis = (axis or 0) % data.ndim
-            indices = np.where(indices < 0, indices + data.shape[axis], indices)
-            return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
-
-    return GatherElements
+    def _run(self, data, indices, axis=None):
+        axis = (axis or 0) % data.ndim
+        indices = np.where(indices < 0, indices + data.shape[axis], indices)
+        return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
 
 
-def _grid_sample():
+GRID_MODES = {
+    "linear": "bilinear",
+    "bilinear": "bilinear",
+    "cubic": "bicubic",
+    "bicubic": "bicubic",
+    "nearest": "nearest",
+}
+
+
+class GridSample(OpRun):
     """GridSample (opset 16 and 20 mode names) on ``torch.nn.functional.grid_sample`` in float64 with
     the node's own mode, padding and corner alignment: the ONNX op was defined as that function, and
     the evaluator's own implementation loops over every sampled point in Python."""
-    from onnx.reference.op_run import OpRun
 
-    modes = {
-        "linear": "bilinear",
-        "bilinear": "bilinear",
-        "cubic": "bicubic",
-        "bicubic": "bicubic",
-        "nearest": "nearest",
-    }
+    op_domain = ""
 
-    class GridSample(OpRun):
-        op_domain = ""
+    def _run(self, x, grid, align_corners=None, mode=None, padding_mode=None):
+        import torch
 
-        def _run(self, x, grid, align_corners=None, mode=None, padding_mode=None):
-            import torch
+        mode = mode.decode() if isinstance(mode, bytes) else (mode or "linear")
+        padding = padding_mode.decode() if isinstance(padding_mode, bytes) else (padding_mode or "zeros")
+        out = torch.nn.functional.grid_sample(
+            torch.from_numpy(np.ascontiguousarray(x)),
+            torch.from_numpy(np.ascontiguousarray(grid)),
+            mode=GRID_MODES[mode],
+            padding_mode=padding,
+            align_corners=bool(align_corners),
+        )
+        return (out.numpy(),)
 
-            mode = mode.decode() if isinstance(mode, bytes) else (mode or "linear")
-            padding = padding_mode.decode() if isinstance(padding_mode, bytes) else (padding_mode or "zeros")
-            out = torch.nn.functional.grid_sample(
-                torch.from_numpy(np.ascontiguousarray(x)),
-                torch.from_numpy(np.ascontiguousarray(grid)),
-                mode=modes[mode],
-                padding_mode=padding,
-                align_corners=bool(align_corners),
-            )
-            return (out.numpy(),)
 
-    return GridSample
+# the evaluator's ops replaced for the float64 run
+OPS = (HardSwish, GatherElements, GridSample)
