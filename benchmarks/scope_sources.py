@@ -28,20 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from module_layout import MODELS, build  # noqa: E402
 
 from torch2ms.export.exporters import unmerge  # noqa: E402
-from torch2ms.graph.load import module_scopes  # noqa: E402
-from torch2ms.graph.names import module_path  # noqa: E402
+from torch2ms.graph.load import node_modules  # noqa: E402
 
 
-def _paths(proto, dynamo: bool) -> list[str]:
-    scopes = module_scopes(proto.graph) if dynamo else {}
-    out = []
-    for n in proto.graph.node:
-        if n.op_type == "Constant":
-            continue
-        out.append(
-            scopes.get(n.name, "") if dynamo else ".".join(module_path(n.name)) if n.name.startswith("/") else ""
-        )
-    return out
+def _paths(proto) -> list[str]:
+    """Each compute node's module path (TorchScript: its name; dynamo: its metadata)."""
+    modules = node_modules(proto.graph)
+    return [modules[n.name] for n in proto.graph.node if n.op_type != "Constant"]
 
 
 def _called(path: str, modules: dict[str, object]) -> str:
@@ -90,7 +83,7 @@ def measure(name: str) -> dict:
         try:
             proto = _export(model, shape, **opts)
             unmerge(proto, set(model.state_dict()))  # as the export stage does: no Identity per merged weight
-            row[source] = {**_share(_paths(proto, source == "dynamo"), modules), "s": time.perf_counter() - t}
+            row[source] = {**_share(_paths(proto), modules), "s": time.perf_counter() - t}
         except Exception as err:  # noqa: BLE001 - an exporter that cannot take the model is a result
             first = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines()[0]  # no terminal colours
             row[source] = {"error": f"{type(err).__name__}: {first[:80]}"}

@@ -42,19 +42,6 @@ def _initializer_keys(model, state: dict[str, dict]) -> dict[str, list[str]]:
     return {n.name: [k for i in n.input for k in keys_of.get(i, [])] for n in model.graph.node}
 
 
-def _node_modules(model) -> dict[str, str]:
-    """ONNX node name -> the PyTorch module path it was exported from (TorchScript: its name;
-    dynamo: its metadata)."""
-    from torch2ms.graph.load import module_scopes
-    from torch2ms.graph.names import module_path
-
-    scopes = module_scopes(model.graph)
-    return {
-        n.name: ".".join(module_path(n.name)) if n.name.startswith("/") else scopes.get(n.name, "")
-        for n in model.graph.node
-    }
-
-
 def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], origin: dict[str, list[str]]) -> dict:
     """The map for a generated network's checkpoint ``params`` (name -> array) made for the ONNX
     nodes ``origin`` (name -> node names)."""
@@ -69,7 +56,6 @@ def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], ori
         if "sha1_t" in e:
             by_hash.setdefault(e["sha1_t"], []).append((k, "transpose"))
     node_keys = _initializer_keys(model, state)
-    node_module = _node_modules(model)
     del model
     out: dict[str, list[dict]] = {k: [] for k in state}
     for name, array in params.items():
@@ -78,11 +64,9 @@ def weight_map(onnx_path: Path, record: dict, params: dict[str, np.ndarray], ori
         hits = by_hash.get(array_hash(array), [])
         if array.ndim == 2 and not hits:
             hits = [(k, "transpose") for k, how in by_hash.get(array_hash(array.T), []) if how == "copy"]
-        # equal values (zero-initialised buffers, LayerNorm's ones, which the exporter also merges into
-        # one initializer): prefer a key of the module this parameter or its nodes belong to, then a
-        # key its own nodes read
-        owners = {name.rsplit(".", 1)[0], *(node_module[n] for n in nodes if node_module.get(n))}
-        hits = [h for h in hits if h[0].rsplit(".", 1)[0] in owners] or [h for h in hits if h[0] in readers] or hits[:1]
+        # equal values: prefer the key this parameter's own nodes read (zero-initialised buffers repeat;
+        # weights the exporter merged have their own initializers again, ``exporters.unmerge``)
+        hits = [h for h in hits if h[0] in readers] or hits[:1]
         entry = {"parameter": name}
         if len(nodes) > 1:
             cell = name.rsplit(".", 1)[0]  # nn.Conv2dBnAct's inner conv / batchnorm are part of the cell

@@ -382,6 +382,15 @@ def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
     return _unscoped_by_consumers(g, out) if out else out
 
 
+def node_modules(g: onnx.GraphProto) -> dict[str, str]:
+    """ONNX node name -> the PyTorch module path it was exported from: TorchScript's node name
+    (``/layer1/layer1.0/conv1/Conv``), else the dynamo exporter's metadata (``module_scopes``)."""
+    from torch2ms.graph.names import module_path
+
+    scopes = module_scopes(g)
+    return {n.name: ".".join(module_path(n.name)) if n.name.startswith("/") else scopes.get(n.name, "") for n in g.node}
+
+
 def _unscoped_by_consumers(g: onnx.GraphProto, scopes: dict[str, str]) -> dict[str, str]:
     """A node the exporter left without ``name_scopes`` (its ``Split`` of ``torch.split``) belongs to
     the innermost module that every consumer of its outputs is in; without this it is the network's
