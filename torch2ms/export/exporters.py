@@ -356,16 +356,15 @@ def _unwrap_scopes(node) -> None:
             classes.value = repr(names[1:])  # the wrapper was the root: the model's class is now
 
 
-def unmerge(m, keys: set[str]) -> list[str]:
+def unmerge(m, keys: set[str]) -> None:
     """The TorchScript exporter keeps one initializer for equal weights and reads the others through
     ``Identity`` nodes (every LayerNorm's default ones: ``inner.ln_2.weight = Identity(inner.ln_1.weight)``).
     Each such weight of the state_dict (``keys``) becomes an initializer of its own again, so that the
     weight map and ``load-weights`` tell ``ln_1.weight`` from ``ln_2.weight`` (weights trained apart
-    are no longer equal). Returns the weights given back."""
+    are no longer equal)."""
     from onnx import numpy_helper
 
     inits = {t.name: t for t in m.graph.initializer}
-    back: dict[str, str] = {}
     for n in list(m.graph.node):
         if n.op_type != "Identity" or n.input[0] not in inits or n.output[0] in inits:
             continue
@@ -376,5 +375,3 @@ def unmerge(m, keys: set[str]) -> list[str]:
         m.graph.initializer.append(copy)
         inits[out] = copy
         m.graph.node.remove(n)
-        back[out] = n.input[0]
-    return [k.removeprefix("inner.") for k in back]
