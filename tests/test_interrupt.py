@@ -25,7 +25,7 @@ from conftest import REPO, TESTS, write_recipe
 
 from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, LockedError
 from torch2ms.pipeline.runner import Runner
-from torch2ms.pipeline.workspace import RunDir
+from torch2ms.pipeline.workspace import RunDir, signals_held
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import stage_names
 
@@ -240,7 +240,7 @@ def test_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from torch2ms.pipeline.workspace import RunDir
+from torch2ms.pipeline.workspace import RunDir, signals_held
 from torch2ms.errors import LockedError
 start = float(sys.argv[2])
 while time.time() < start:
@@ -416,18 +416,36 @@ def test_files_written_atomically_follow_the_umask(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_ctrl_c_during_a_stages_check_discards_its_partial_folder(tmp_path, monkeypatch):
-    """Ctrl-C can land after a stage's ``run`` returned, while its outputs are checked (or replayed):
-    the partial folder goes then too. Under load the compile test above froze the run in that window
-    and found ``.compile.partial`` left behind."""
+@pytest.mark.parametrize("where", ["fresh_partial", "_verdict"])
+def test_ctrl_c_anywhere_before_the_commit_discards_the_partial_folder(tmp_path, monkeypatch, where):
+    """Ctrl-C can land right after the partial folder is made (Python raises it as
+    ``fresh_partial`` returns) or after a stage's ``run`` returned, while its outputs are checked
+    or replayed: the partial folder goes then too. Under load the compile test above froze the
+    run in those windows and found ``.compile.partial`` left behind."""
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
+    owner = RunDir if where == "fresh_partial" else Runner
+    original = getattr(owner, where)
 
     def interrupted(*args, **kwargs):
+        original(*args, **kwargs)  # the folder is made (or the check done), then the signal lands
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "_verdict", interrupted)
+    monkeypatch.setattr(owner, where, interrupted)
     runner = Runner(recipe, log=lambda m: None)
     with pytest.raises(KeyboardInterrupt):
         runner.run(until="export")
     root = runner.run_dir.root
     assert not (root / ".export.partial").exists() and not (root / "export").exists(), sorted(root.iterdir())
+
+
+def test_a_signal_inside_signals_held_arrives_after_the_block():
+    """Removing a partial folder and committing a stage hold Ctrl-C back, so a second one cannot
+    cut them short; it is not lost, it arrives when they are done."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            steps.append("block finished")
+        steps.append("after the block")
+    assert steps == ["block finished"]

@@ -210,9 +210,11 @@ class Runner:
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
         """Run, check and commit ``stage``; on any error or interrupt before the commit (in its ``run``,
-        its check or its replay), its partial folder goes."""
-        out = self.run_dir.fresh_partial(stage.name)
+        its check or its replay), its partial folder goes. The folder is made inside the ``try``: a
+        Ctrl-C that lands as ``fresh_partial`` returns (Python raises it there, right after the
+        ``mkdir``) left it behind."""
         try:
+            out = self.run_dir.fresh_partial(stage.name)
             return self._checked(stage, out, fp, fp_payload, done, floors)
         except BaseException:
             self.run_dir.discard_partial(stage.name)

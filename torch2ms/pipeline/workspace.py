@@ -9,12 +9,15 @@ process that is gone is free again and taken over.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -23,6 +26,27 @@ import numpy as np
 from torch2ms.errors import LockedError
 
 RECORD = "stage.json"
+HELD = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold SIGINT and SIGTERM back for the block: one that lands inside it is raised as
+    ``KeyboardInterrupt`` when the block ends. Python's handlers are swapped, not the thread's
+    signal mask: MindSpore's and torch's threads would take a masked signal for the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers, and only it receives their calls
+        return
+    caught: list[int] = []
+    before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in HELD}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            # None: the handler was set outside Python (MindSpore's SIGINT handler); Python's own replaces it
+            signal.signal(s, handler if handler is not None else HELD[s])
+        if caught:
+            raise KeyboardInterrupt(signal.Signals(caught[0]).name)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -106,16 +130,22 @@ class RunDir:
         return d
 
     def discard_partial(self, stage: str) -> None:
-        shutil.rmtree(self.partial_dir(stage), ignore_errors=True)
+        """Remove the stage's partial folder. SIGINT and SIGTERM wait until it is gone: a second
+        Ctrl-C (or MindSpore's SIGINT handler, which sends SIGTERM) would cut ``rmtree`` short."""
+        with signals_held():
+            shutil.rmtree(self.partial_dir(stage), ignore_errors=True)
 
     def commit(self, stage: str, partial: Path) -> Path:
+        """Move the partial folder into place; a Ctrl-C waits until it is (it would leave the stage
+        half swapped: the old folder moved aside, the new one still partial)."""
         final = self.stage_dir(stage)
         old = self.root / f".{stage}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(partial, final)
-        shutil.rmtree(old, ignore_errors=True)
+        with signals_held():
+            shutil.rmtree(old, ignore_errors=True)
+            if final.exists():
+                os.replace(final, old)
+            os.replace(partial, final)
+            shutil.rmtree(old, ignore_errors=True)
         return final
 
     def read_record(self, stage: str) -> dict | None:
