@@ -153,3 +153,38 @@ def test_grid_sample_keeps_each_nodes_mode_padding_and_alignment(tmp_path):
     assert sum(n.op_type == "GridSample" for n in onnx.load(str(path)).graph.node) == 3
     got = float64.run(path, [{"x": x.numpy(), "grid": grid.numpy()}], ["y"])[0]["y"]
     assert _rel(got, Sampled()(x.double(), grid.double()).numpy()) < 1e-14
+
+
+def test_the_freeing_run_gives_what_the_evaluators_own_run_gives():
+    """``float64._run`` drops each value after its last reader; it must compute what
+    ``ReferenceEvaluator.run`` computes, for a requested intermediate, a value read by two nodes far
+    apart, an optional input left out ("") and an output no node reads."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Add", ["a", "a"], ["b"]),
+        helper.make_node("Clip", ["b", "", "hi"], ["c"]),
+        helper.make_node("Split", ["c"], ["s0", "s1"], axis=1),  # s1: read by no node
+        helper.make_node("Concat", ["s0", "s0"], ["dd"], axis=1),
+        helper.make_node("Sub", ["dd", "a"], ["d"]),  # a: read again, long after Add
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 4])],
+        [helper.make_tensor_value_info("d", TensorProto.DOUBLE, None)],
+        [helper.make_tensor("hi", TensorProto.DOUBLE, [], [1.5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    evaluator = ReferenceEvaluator(model)
+    x = np.random.default_rng(0).standard_normal((2, 4))
+    names = ["d", "b"]
+    want = evaluator.run(names, {"x": x})
+    got = float64._run(evaluator, names, {"x": x})
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert np.abs(want[0]).max() > 0
+    with pytest.raises(RuntimeError, match="no value for"):
+        float64._run(evaluator, ["nowhere"], {"x": x})

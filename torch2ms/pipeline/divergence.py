@@ -15,7 +15,8 @@ culprit is the first statement whose output leaves the tolerance while every inp
 within it; the errors after it are inherited. After folding, a BatchNorm's output tensor is
 computed by the conv statement: ``tensor_map`` says which ONNX tensor each statement produces,
 so the comparison needs no knowledge of the passes. Samples are run one at a time and the
-metrics accumulated, so memory holds one sample's intermediates (twice), not all of them.
+metrics accumulated as each statement computes (``_Stream``), so memory holds onnxruntime's
+intermediates of one sample and the network's live tensors, not every computed value.
 
 **Replay: is a node wrong, or is the error accumulated?** A deep random network can leave the
 tolerance with every op correct: each adds ~1e-6 of float32 rounding and depth amplifies it. So
@@ -265,11 +266,16 @@ def probe_source(source: str, variables: list[str]) -> str:
 
 def replay_tree(source: str, variables: set[str]) -> ast.Module:
     """``source`` (already a probe) with ``v = torch2ms_replay('v', v)`` after each statement that
-    assigns a variable in ``variables``: the hook records the computed value and hands the next
-    statements onnxruntime's. The inserted statements carry their statement's line number."""
+    assigns a variable in ``variables`` (and at the top for such an argument): the hook takes the
+    computed value (``_Stream``) and hands the next statements its own or onnxruntime's. The
+    inserted statements carry their statement's line number."""
     tree = ast.parse(source)
     construct = _construct(tree)
-    body = []
+    body = []  # an argument first: a statement left out as `y = x` is its argument x
+    for a in construct.args.args[1:]:
+        if a.arg in variables:
+            hook = ast.parse(f"{a.arg} = {REPLAY_HOOK}({a.arg!r}, {a.arg})").body[0]
+            body.append(ast.copy_location(hook, construct.body[0]))
     for st in construct.body:
         body.append(st)
         if isinstance(st, ast.Assign):
@@ -284,7 +290,7 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
 
 def load_probe(stage_dir: Path, variables: list[str], tag: str, replay=None):
     """The stage's network with the probe's ``construct``, weights from its ``network.ckpt``;
-    with ``replay`` (the hook), the replaying variant (``replay_tree``)."""
+    with ``replay`` (the hook), each of ``variables`` goes through it (``replay_tree``)."""
     path = stage_dir / "network.py"
     source = probe_source(path.read_text(), variables)
     name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
@@ -308,18 +314,15 @@ def entry_key(entry: dict) -> str:
 
 class _CellHook:
     """The modules layout's probe hook, called as ``hook(self, 'var', var)`` after every statement
-    of every class: keys the value by the calling cell's path (``backbone.layer1.0:conv1``),
-    records it, and hands back ``replay``'s value (or the computed one)."""
+    of every class: keys the value by the calling cell's path (``backbone.layer1.0:conv1``) and
+    hands it to ``take``, whose return value the next statements see."""
 
-    def __init__(self, replay=None):
-        self.replay = replay
+    def __init__(self, take):
+        self.take = take
         self.paths: dict[int, str] = {}
-        self.values: dict[str, list] = {}
 
     def __call__(self, cell, var: str, value):
-        key = f"{self.paths.get(id(cell), '?')}:{var}"
-        self.values.setdefault(key, []).append(value)
-        return self.replay(key, value) if self.replay is not None else value
+        return self.take(f"{self.paths.get(id(cell), '?')}:{var}", value)
 
 
 def instrument_classes(source: str) -> ast.Module:
@@ -365,24 +368,50 @@ def load_class_probe(stage_dir: Path, tag: str, hook: _CellHook):
     return net
 
 
-class _Replay:
-    """The replay hook: records what a statement computed and returns onnxruntime's value of the
-    same tensor, in the computed value's dtype (the computed one where shapes differ or there is none)."""
+class _Stream:
+    """The probe's hook for one pass over a sample: each compared statement's value is added to its
+    tensor's metrics as it is computed and then let go, so a sample holds onnxruntime's values and
+    the network's live tensors only (keeping every computed value for the end made RT-DETR's replay
+    peak at 10 GB). A statement that runs more than once (a module called twice) takes its
+    entries in order. With ``replay``, it hands the next statements onnxruntime's value of the
+    same tensor, in the computed value's dtype (the computed one where the shapes differ)."""
 
-    def __init__(self, ms, var_tensor: dict[str, str]):
-        self.ms, self.var_tensor = ms, var_tensor
-        self.reference: dict[str, np.ndarray] = {}
-        self.computed: dict[str, np.ndarray] = {}
+    def __init__(self, ms, compared: list[dict], acc: dict, replay: bool):
+        self.ms, self.acc, self.replay = ms, acc, replay
+        self.tensors: dict[str, list[str]] = {}
+        for e in compared:
+            self.tensors.setdefault(entry_key(e), []).append(e["tensor"])
+        self.start({})
 
-    def __call__(self, var: str, value):
-        if not hasattr(value, "asnumpy"):
+    def start(self, reference: dict[str, np.ndarray]) -> None:
+        self.reference, self.calls, self.last = reference, {}, {}
+
+    def __call__(self, key: str, value):
+        tensors = self.tensors.get(key)
+        is_tensor = hasattr(value, "asnumpy")
+        if tensors is None or (self.replay and not is_tensor):
             return value
-        got = value.asnumpy()
-        self.computed[var] = got
-        ref = self.reference.get(self.var_tensor.get(var, ""))
-        if ref is None or ref.shape != got.shape:
-            return value
-        return self.ms.Tensor(ref.astype(got.dtype, copy=False))
+        n = self.calls[key] = self.calls.get(key, 0) + 1
+        tensor = tensors[min(n, len(tensors)) - 1]
+        got = value.asnumpy() if is_tensor else np.asarray(value)
+        ref = self.reference[tensor]
+        if n <= len(tensors):
+            self.acc[tensor].add(got, ref)
+        if len(tensors) > 1 and not self.replay:
+            self.last[key] = got
+        if self.replay and ref.shape == got.shape:
+            return self.ms.Tensor(ref.astype(got.dtype, copy=False))
+        return value
+
+    def finish(self) -> None:
+        """The run pass: entries whose statement ran fewer times than there are entries take its
+        last value; a statement that never ran leaves its tensor a problem (nothing to compare)."""
+        if self.replay:
+            return
+        for key, tensors in self.tensors.items():
+            n = self.calls.get(key, 0)
+            for tensor in tensors[n:]:
+                self.acc[tensor].add(self.last[key] if n else np.asarray(None), self.reference[tensor])
 
 
 # --- the two sides ----------------------------------------------------------------------------
@@ -508,45 +537,24 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    modular = any("module" in e for e in compared)
-    replay = _Replay(ms, {entry_key(e): e["tensor"] for e in compared})
+    acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
+    local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
+    run, replay = _Stream(ms, compared, acc, replay=False), _Stream(ms, compared, local_acc, replay=True)
     try:
-        if modular:
-            capture, hook = _CellHook(), _CellHook(replay)
-            cell = load_class_probe(stage_dir, stage, capture)
-            replaying = load_class_probe(stage_dir, stage, hook)
+        if any("module" in e for e in compared):
+            cell = load_class_probe(stage_dir, stage, _CellHook(run))
+            replaying = load_class_probe(stage_dir, stage, _CellHook(replay))
         else:
-            cell = load_probe(stage_dir, variables, stage)
+            cell = load_probe(stage_dir, variables, stage, run)
             replaying = load_probe(stage_dir, variables, stage, replay)
-        acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
-        local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
         for sample in samples:
             reference = dict(zip(names, sess.run(names, sample)))
-            if modular:
-                capture.values = {}
-                cell(*[ms.Tensor(v) for v in sample.values()])
-                # a module called twice computes its variables twice: the entries take them in order
-                seen: dict[str, int] = {}
-                captured = {}
-                for e in compared:
-                    k = entry_key(e)
-                    n = seen[k] = seen.get(k, -1) + 1
-                    values = capture.values.get(k, [])
-                    captured[id(e)] = values[min(n, len(values) - 1)] if values else None
-            else:
-                values = cell(*[ms.Tensor(v) for v in sample.values()])
-                by_var = dict(zip(variables, values))
-                captured = {id(e): by_var[e["var"]] for e in compared}
-            for e in compared:
-                value = captured[id(e)]
-                acc[e["tensor"]].add(
-                    value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value), reference[e["tensor"]]
-                )
-            replay.reference, replay.computed = reference, {}
-            replaying(*[ms.Tensor(v) for v in sample.values()])
-            for e in compared:
-                if entry_key(e) in replay.computed:
-                    local_acc[e["tensor"]].add(replay.computed[entry_key(e)], reference[e["tensor"]])
+            for stream, network in ((run, cell), (replay, replaying)):
+                stream.start(reference)
+                network(*[ms.Tensor(v) for v in sample.values()])
+                stream.finish()
+            del reference
+            run.start({}), replay.start({})
     finally:
         ms.set_context(mode=mode)
     return acc, local_acc
