@@ -41,6 +41,12 @@ def test_every_stage_records_its_seconds_and_peak_rss(tmp_path):
     assert f"| export | passed | {export['seconds_total']:.1f} | {export['memory']['peak_rss_mb']:.0f} |" in table
     # onnxruntime met the recipe's bound on this well-conditioned net: float64 had nothing to decide
     assert export["extra"]["float32_floor_needed"] is False and "float32_floor" not in export["extra"]
+    # compile states its speedup against the PyNative calls rebuild's check made (one per sample),
+    # not against more calls of its own
+    calls = json.loads((result.root / "rebuild" / "stage.json").read_text())["extra"]["pynative_call_s"]
+    assert len(calls) == result.recipe.check.samples and min(calls) > 0
+    pynative = json.loads((result.root / "compile" / "compile.json").read_text())["variants"]["pynative_plain"]
+    assert pynative == {**latency.summary(calls[0], calls), "timed_in": "the rebuild stage's check"}
 
 
 def test_stage_memory_sees_a_peak_that_was_freed_before_the_block_ended():

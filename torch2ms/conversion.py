@@ -16,6 +16,9 @@ from torch2ms.errors import OnnxError, UnsupportedOpsError
 from torch2ms.graph.ir import Graph
 from torch2ms.passes import Pass, fold_passes, fusion_counts, rebuild_passes, run_passes
 
+# the stage record's ``extra`` key with the seconds of each PyNative call of the stage's check
+PYNATIVE_CALLS = "pynative_call_s"
+
 CONVENTIONS = [
     "BatchNorm momentum is MindSpore's (= 1 - PyTorch's momentum).",
     "Conv padding is (top, bottom, left, right) with pad_mode='pad'; MindSpore's default 'same' pads like TensorFlow.",
@@ -197,7 +200,8 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     cell = msutil.build_network(out, tag)
     inputs = ctx.reference_inputs()
     names = list(ctx.reference()[1][0])
-    outputs = msutil.run_cell(cell, inputs, names)
+    calls: list[float] = []
+    outputs = msutil.run_cell(cell, inputs, names, calls)
     layers = net.layer_counts
     counts = {
         "passes": fired,
@@ -217,4 +221,5 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "layout": net.layout,
     }
     write_json(out / "conversion.json", counts)
-    return StageOutput(outputs, counts=counts)
+    # the check's PyNative calls, timed: the compile stage states its speedup against them
+    return StageOutput(outputs, counts=counts, extra={PYNATIVE_CALLS: [round(t, 4) for t in calls]})

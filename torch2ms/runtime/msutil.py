@@ -103,13 +103,21 @@ def _no_init_parameters():
     return no_init_parameters()
 
 
-def run_cell(cell, inputs: list[dict[str, np.ndarray]], output_names: list[str]) -> list[dict[str, np.ndarray]]:
+def run_cell(
+    cell, inputs: list[dict[str, np.ndarray]], output_names: list[str], seconds: list[float] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """``cell`` on each sample, outputs as arrays; ``seconds``, if given, gets each call's wall time
+    (outputs materialised)."""
     ms = mindspore()
     results = []
     for sample in inputs:
-        out = cell(*[ms.Tensor(v) for v in sample.values()])
+        args = [ms.Tensor(v) for v in sample.values()]
+        t = time.perf_counter()
+        out = cell(*args)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         results.append({name: o.asnumpy() for name, o in zip(output_names, outs)})
+        if seconds is not None:
+            seconds.append(time.perf_counter() - t)
     return results
 
 
