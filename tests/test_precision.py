@@ -204,3 +204,16 @@ def test_emulator_rounds_exactly_the_fp16_nodes(tmp_path, fp32):
     m = x * w if "mul" in fp32 else r16(r16(x) * r16(w))
     want = m + b if "add" in fp32 else r16(r16(m) + r16(b))
     np.testing.assert_array_equal(got, want)
+
+
+def test_samples_emulated_side_by_side_give_each_samples_own_bits(exported):
+    """The emulator runs its samples in parallel threads (one per core): each sample's outputs
+    must be bit for bit those of a run of that sample alone, and in the samples' order."""
+    _, recipe, onnx_path, inputs, _ = exported
+    samples = [*inputs, *[{k: v * (2.0 + i) for k, v in s.items()} for i, s in enumerate(inputs)]]
+    together = Fp16Emulator(onnx_path, samples, ["output"]).run(fp32=[0])
+    assert len(together) == len(samples) >= 2
+    for sample, got in zip(samples, together, strict=True):
+        alone = Fp16Emulator(onnx_path, [sample], ["output"]).run(fp32=[0])[0]
+        np.testing.assert_array_equal(got["output"], alone["output"])
+    assert not np.array_equal(together[0]["output"], together[1]["output"])
