@@ -13,13 +13,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from conftest import REPO, TESTS, run_cli, write_recipe
 
-from torch2ms.compare import compare_arrays
+from torch2ms.compare import Tolerance, compare_arrays
 from torch2ms.converters import api, registry
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
 from torch2ms.pipeline.divergence import _Accumulator, probe_source, statement_lines
@@ -332,3 +333,33 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     ) as info:
         localize(onnx_path, tmp_path / "run" / "fold", samples, Tolerance(), "fold")
     assert "run `torch2ms convert` again" in str(info.value)
+
+
+def test_references_kept_on_disk_give_the_same_report(good_run, monkeypatch):
+    """Past ``_References.IN_MEMORY`` bytes, onnxruntime's values wait on disk while MindSpore runs:
+    every tensor's error and local error must be what the in-memory run gives, and the folder goes."""
+    import tempfile
+
+    from torch2ms.pipeline import divergence
+    from torch2ms.pipeline.workspace import load_npz, split_reference
+
+    _, root = good_run
+    samples, _ = split_reference(load_npz(root / "export" / "reference.npz"))
+
+    def report():
+        r = divergence.localize(root / "export" / "model.onnx", root / "fold", samples, Tolerance(), "fold")
+        return [(t.tensor, t.metrics, t.local) for t in r.tensors]
+
+    in_memory = report()
+    made = []
+    real = tempfile.TemporaryDirectory
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(divergence._References, "IN_MEMORY", 0)
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", spy)
+    on_disk = report()
+    assert len(made) == len(samples) and not any(Path(d.name).exists() for d in made)
+    assert on_disk == in_memory and all(local is not None for _, _, local in on_disk)

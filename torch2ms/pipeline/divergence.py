@@ -400,7 +400,7 @@ class _Stream:
         if len(tensors) > 1 and not self.replay:
             self.last[key] = got
         if self.replay and ref.shape == got.shape:
-            return self.ms.Tensor(ref.astype(got.dtype, copy=False))
+            return self.ms.Tensor(np.ascontiguousarray(ref, dtype=got.dtype))
         return value
 
     def finish(self) -> None:
@@ -548,16 +548,51 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
             cell = load_probe(stage_dir, variables, stage, run)
             replaying = load_probe(stage_dir, variables, stage, replay)
         for sample in samples:
-            reference = dict(zip(names, sess.run(names, sample)))
-            for stream, network in ((run, cell), (replay, replaying)):
-                stream.start(reference)
-                network(*[ms.Tensor(v) for v in sample.values()])
-                stream.finish()
-            del reference
-            run.start({}), replay.start({})
+            with _References(names, sess.run(names, sample)) as reference:
+                for stream, network in ((run, cell), (replay, replaying)):
+                    stream.start(reference)
+                    network(*[ms.Tensor(v) for v in sample.values()])
+                    stream.finish()
+                run.start({}), replay.start({})
     finally:
         ms.set_context(mode=mode)
     return acc, local_acc
+
+
+class _References(dict):
+    """onnxruntime's values of one sample's compared tensors, by name. Above ``IN_MEMORY`` bytes in
+    all they wait on disk (one ``.npy`` each, memory-mapped when a statement reads one) while
+    MindSpore runs both passes: RT-DETR at 640² has 1.97 GB of them, which sat beside the
+    network's own tensors."""
+
+    IN_MEMORY = 256 * 2**20
+
+    def __init__(self, names: list[str], values: list[np.ndarray]):
+        super().__init__()
+        self.folder = None
+        if sum(v.nbytes for v in values) <= self.IN_MEMORY:
+            self.update(zip(names, values))
+            return
+        import tempfile
+
+        self.folder = tempfile.TemporaryDirectory(prefix="torch2ms_replay_")
+        for i, name in enumerate(names):
+            path = Path(self.folder.name) / f"{i}.npy"
+            np.save(path, values[i])
+            values[i] = None  # the array goes as soon as it is written
+            self[name] = path
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = super().__getitem__(name)
+        return np.load(value, mmap_mode="r") if isinstance(value, Path) else value
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.clear()
+        if self.folder is not None:
+            self.folder.cleanup()
 
 
 def _tensor_diff(e: dict, acc: dict, local_acc: dict, tol: Tolerance, lines, nodes, constants) -> TensorDiff:
