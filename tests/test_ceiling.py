@@ -148,6 +148,8 @@ def test_clean_nodes_pass_on_the_replays_evidence(ill_run):
         assert ev["node"] and ev["compared"] >= 5
     assert _record(result, "compile")["evidence"]["stage"] == "fold"  # the code compile was built from
     assert _record(result, "compile")["evidence"]["pynative_rel_error"] <= recipe.check.rel_error
+    # fold's own check ran that code in PyNative in this process: compile compares with those outputs
+    assert _record(result, "compile")["evidence"]["pynative_ran"] == "fold's check, this run"
 
 
 @pytest.mark.parametrize(
@@ -185,3 +187,4 @@ def test_a_not_checkable_verdict_is_kept_and_compile_replays_what_fold_did_not_r
     assert _record(rerun, "export")["seconds"] == _record(result, "export")["seconds"]  # not exported again
     ev = _record(rerun, "compile")["evidence"]
     assert ev["by"] == "replay" and ev["stage"] == "fold" and ev["max_local_error"] <= ev["local_bound"]
+    assert ev["pynative_ran"] == "here" and ev["pynative_rel_error"] <= recipe.check.rel_error  # fold was up to date

@@ -18,6 +18,8 @@ from torch2ms.passes import Pass, fold_passes, fusion_counts, rebuild_passes, ru
 
 # the stage record's ``extra`` key with the seconds of each PyNative call of the stage's check
 PYNATIVE_CALLS = "pynative_call_s"
+# the run cache's key: stage -> its network.py's PyNative outputs on the reference inputs
+PYNATIVE_OUTPUTS = "pynative_outputs"
 
 CONVENTIONS = [
     "BatchNorm momentum is MindSpore's (= 1 - PyTorch's momentum).",
@@ -202,6 +204,9 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     names = list(ctx.reference()[1][0])
     calls: list[float] = []
     outputs = msutil.run_cell(cell, inputs, names, calls)
+    # what this network.py computes in PyNative on the reference inputs: a later stage's evidence
+    # compares its compiled outputs with them (``pipeline.evidence.for_compiled``) in this process
+    ctx.cache.setdefault(PYNATIVE_OUTPUTS, {})[tag] = outputs
     layers = net.layer_counts
     counts = {
         "passes": fired,
