@@ -75,3 +75,45 @@ def test_execution_order_changes_no_shape_or_constant(monkeypatch):
         assert np.array_equal(a.values["target"].const, b.values["target"].const)
         assert list(b.values["target"].const) == [batch, -1]
         assert {k: v.shape for k, v in a.values.items()} == {k: v.shape for k, v in b.values.items()}
+
+
+def test_large_weights_reach_onnxruntime_as_mapped_external_data(monkeypatch):
+    """An initializer of ``EXTERNAL_TENSOR`` bytes or more goes to the session as external data (a
+    file onnxruntime maps, not a second copy in the serialized model); the session computes the
+    same values, and the caller's model is given back as it was, its temporary folder gone."""
+    import tempfile
+    from pathlib import Path
+
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)  # 8 KB; the threshold is lowered below
+    small = rng.standard_normal((32,)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(small, "b")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    before = model.SerializeToString()
+    made = []
+    real = tempfile.TemporaryDirectory
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(load, "EXTERNAL_TENSOR", w.nbytes)
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", spy)
+    sess = load.session_with_outputs(model, ["m", "y"])
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    m, y = sess.run(["m", "y"], {"x": x})
+    np.testing.assert_allclose(m, x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, x @ w + small, rtol=1e-5, atol=1e-5)
+    assert len(made) == 1 and not Path(made[0].name).exists()  # one folder, removed, the session still runs
+    assert model.SerializeToString() == before

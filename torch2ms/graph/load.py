@@ -27,6 +27,7 @@ model reaches onnxruntime or numpy only to fail there:
 from __future__ import annotations
 
 import ast
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,9 @@ from onnx import helper, numpy_helper
 from torch2ms.errors import OnnxError
 from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.runtime.memory import release_freed
+
+# an initializer this large goes to onnxruntime as external data, mapped from a file
+EXTERNAL_TENSOR = 16 * 2**20
 
 # 11 ... 23. 23 is the newest opset the TorchScript exporter of the installed torch (2.14) writes;
 # onnxruntime 1.32 runs up to 28.
@@ -345,16 +349,58 @@ def session_with_outputs(
     kept_outputs = list(model.graph.output)
     n_nodes = len(model.graph.node)
     op_types = {n.op_type for n in model.graph.node}
+    large = [t for t in model.graph.initializer if t.HasField("raw_data") and len(t.raw_data) >= EXTERNAL_TENSOR]
+    folder = tempfile.TemporaryDirectory(prefix="torch2ms-weights-") if large else None
+    restore = lambda: None  # noqa: E731
     try:
         del model.graph.output[:]
         model.graph.node.extend(extra_nodes)
         model.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
-        data = model.SerializeToString()
+        if folder is None:
+            return onnxrt.session(model.SerializeToString(), purpose or onnxrt.SHAPES, op_types)
+        restore = _to_external(large, Path(folder.name) / "weights.bin")
+        path = Path(folder.name) / "model.onnx"
+        path.write_bytes(model.SerializeToString())
+        return onnxrt.session(path, purpose or onnxrt.SHAPES, op_types)
     finally:
+        restore()
         del model.graph.output[:]
         model.graph.output.extend(kept_outputs)
         del model.graph.node[n_nodes:]
-    return onnxrt.session(data, purpose or onnxrt.SHAPES, op_types)
+        if folder is not None:
+            folder.cleanup()  # onnxruntime has mapped the weights; the mapping outlives the file
+
+
+def _to_external(tensors: list[onnx.TensorProto], path: Path):
+    """Move the tensors' data into ``path`` as ONNX external data (in place); returns the function
+    that puts it back. onnxruntime maps an external file into memory instead of copying it from the
+    serialized model: the session holds the weights once, as file pages, not twice (the bytes and
+    its tensors: ViT-L/16's 1.2 GB of weights made each shape session 2.4 GB)."""
+    moved = []
+    try:
+        with open(path, "wb") as f:
+            for t in tensors:
+                raw = t.raw_data
+                offset = -f.tell() % 4096 + f.tell()  # page-aligned
+                f.seek(offset)
+                f.write(raw)
+                t.ClearField("raw_data")
+                moved.append((t, raw))
+                t.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", path.name), ("offset", str(offset)), ("length", str(len(raw)))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, value
+    except BaseException:
+        _from_external(moved)
+        raise
+    return lambda: _from_external(moved)
+
+
+def _from_external(moved: list) -> None:
+    for t, raw in moved:
+        del t.external_data[:]
+        t.ClearField("data_location")
+        t.raw_data = raw
 
 
 def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
