@@ -117,3 +117,32 @@ def test_large_weights_reach_onnxruntime_as_mapped_external_data(monkeypatch):
     np.testing.assert_allclose(y, x @ w + small, rtol=1e-5, atol=1e-5)
     assert len(made) == 1 and not Path(made[0].name).exists()  # one folder, removed, the session still runs
     assert model.SerializeToString() == before
+
+
+def test_a_loaded_model_gives_its_large_weights_to_the_graph_unchanged(tmp_path, monkeypatch):
+    """``load_onnx`` moves each large weight out of the proto into the graph (no second copy) and
+    hands it to the shape run as external data: every value's shape, dtype and constant must be
+    what the copying path gives, and a whole conversion must pass with it."""
+    from conftest import write_recipe
+
+    from torch2ms.pipeline.runner import Runner
+    from torch2ms.recipe import load_recipe
+
+    recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
+    first = Runner(recipe, log=lambda m: None).run(until="export")
+    assert first.stages[0].status == "passed"
+    onnx_path = first.root / "export" / "model.onnx"
+    shapes = {i.name: tuple(i.shape) for i in recipe.inputs}
+    copied = load.load_onnx(onnx_path, shapes)
+    monkeypatch.setattr(load, "EXTERNAL_TENSOR", 64)  # every weight but the smallest biases
+    taken = load.load_onnx(onnx_path, shapes)
+    moved = [v for v in taken.values.values() if v.is_const and not v.const.flags.writeable]
+    assert len(moved) >= 3, "no weight was moved out of the proto"
+    assert copied.values.keys() == taken.values.keys()
+    for name, v in copied.values.items():
+        w = taken.values[name]
+        assert (v.shape, v.dtype, v.is_const) == (w.shape, w.dtype, w.is_const), name
+        if v.is_const:
+            np.testing.assert_array_equal(v.const, w.const, err_msg=name)
+    result = Runner(recipe, out_root=tmp_path / "again", log=lambda m: None).run(until="fold")
+    assert [s.status for s in result.stages[:3]] == ["passed"] * 3

@@ -128,7 +128,7 @@ def type_name(elem_type: int) -> str:
 def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None, fold: bool = True) -> Graph:
     model = read_onnx(path)
     opset = check_model(model, str(path))
-    return graph_from_model(model, opset, input_shapes, fold=fold, source=str(path))
+    return graph_from_model(model, opset, input_shapes, fold=fold, source=str(path), own_model=True)
 
 
 def check_model(model: onnx.ModelProto, source: str = "model") -> int:
@@ -277,13 +277,17 @@ def graph_from_model(
     fold: bool = True,
     source: str = "model",
     input_values: dict[str, np.ndarray] | None = None,
+    own_model: bool = False,
 ) -> Graph:
     """The IR of ``model`` (checked with ``check_model`` first by ``load_onnx``).
 
     ``input_values``: sample data for the graph inputs to infer shapes with; by default
-    placeholders (zeros; ones for integer inputs)."""
+    placeholders (zeros; ones for integer inputs). ``own_model``: the caller drops ``model``
+    afterwards, so its large weights move into the graph's arrays instead of being copied
+    (``_take_weights``), and ``model`` is left without them."""
     g = model.graph
-    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    taken = _take_weights(g) if own_model else {}
+    inits = {t.name: taken[t.name] if t.name in taken else numpy_helper.to_array(t) for t in g.initializer}
     values: dict[str, Value] = {name: Value(name, tuple(a.shape), a.dtype, a) for name, a in inits.items()}
     inputs = []
     for vi in g.input:
@@ -317,8 +321,46 @@ def graph_from_model(
     graph = Graph(nodes, values, inputs, [o.name for o in g.output], opset, name=g.name or "network")
     graph.scopes = module_scopes(g)
     if fold:
-        _infer_and_fold(model, graph, source, input_values)
+        _infer_and_fold(model, graph, source, input_values, taken)
     return graph
+
+
+# element types whose raw_data is the array's own little-endian bytes (numpy_helper.to_array
+# unpacks the others: bfloat16, float8, int4, strings)
+_PLAIN = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+}
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    """The tensor's data size from its dims and type (without reading ``raw_data``, a copy)."""
+    return int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+
+def _take_weights(g: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Each initializer of ``EXTERNAL_TENSOR`` bytes or more as a read-only array over its bytes,
+    which leave the proto: the model and the graph held every weight twice (ViT-L/16: 2.4 GB)."""
+    taken = {}
+    for t in g.initializer:
+        plain = t.data_type in _PLAIN and t.data_location != onnx.TensorProto.EXTERNAL and t.HasField("raw_data")
+        if not plain or _nbytes(t) < EXTERNAL_TENSOR:
+            continue
+        raw = t.raw_data
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        taken[t.name] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(tuple(t.dims))
+        t.ClearField("raw_data")
+    return taken
 
 
 def _constant_nodes(graph: Graph) -> list[Node]:
@@ -337,11 +379,16 @@ def _constant_nodes(graph: Graph) -> list[Node]:
 
 
 def session_with_outputs(
-    model: onnx.ModelProto, outputs: list[str], extra_nodes: list[onnx.NodeProto] = (), purpose=None
+    model: onnx.ModelProto,
+    outputs: list[str],
+    extra_nodes: list[onnx.NodeProto] = (),
+    purpose=None,
+    weights: dict[str, np.ndarray] | None = None,
 ):
     """onnxruntime on a copy of ``model`` whose graph outputs are ``outputs``: any tensor names,
     intermediate ones included, computed by the model or by ``extra_nodes`` appended to it. Its
-    options are ``purpose``'s (``graph.onnxrt``): SHAPES unless given (``diff`` runs REFERENCE)."""
+    options are ``purpose``'s (``graph.onnxrt``): SHAPES unless given (``diff`` runs REFERENCE).
+    ``weights``: the data of initializers ``_take_weights`` took out of ``model``."""
     import torch2ms.graph.onnxrt as onnxrt
 
     # ``model`` itself, its outputs swapped for the serialization and put back: a CopyFrom would
@@ -349,7 +396,12 @@ def session_with_outputs(
     kept_outputs = list(model.graph.output)
     n_nodes = len(model.graph.node)
     op_types = {n.op_type for n in model.graph.node}
-    large = [t for t in model.graph.initializer if t.HasField("raw_data") and len(t.raw_data) >= EXTERNAL_TENSOR]
+    weights = weights or {}
+    large = [
+        t
+        for t in model.graph.initializer
+        if t.name in weights or (t.HasField("raw_data") and _nbytes(t) >= EXTERNAL_TENSOR)
+    ]
     folder = tempfile.TemporaryDirectory(prefix="torch2ms-weights-") if large else None
     restore = lambda: None  # noqa: E731
     try:
@@ -358,7 +410,7 @@ def session_with_outputs(
         model.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
         if folder is None:
             return onnxrt.session(model.SerializeToString(), purpose or onnxrt.SHAPES, op_types)
-        restore = _to_external(large, Path(folder.name) / "weights.bin")
+        restore = _to_external(large, Path(folder.name) / "weights.bin", weights)
         path = Path(folder.name) / "model.onnx"
         path.write_bytes(model.SerializeToString())
         return onnxrt.session(path, purpose or onnxrt.SHAPES, op_types)
@@ -371,23 +423,25 @@ def session_with_outputs(
             folder.cleanup()  # onnxruntime has mapped the weights; the mapping outlives the file
 
 
-def _to_external(tensors: list[onnx.TensorProto], path: Path):
-    """Move the tensors' data into ``path`` as ONNX external data (in place); returns the function
-    that puts it back. onnxruntime maps an external file into memory instead of copying it from the
-    serialized model: the session holds the weights once, as file pages, not twice (the bytes and
-    its tensors: ViT-L/16's 1.2 GB of weights made each shape session 2.4 GB)."""
+def _to_external(tensors: list[onnx.TensorProto], path: Path, weights: dict[str, np.ndarray]):
+    """Move the tensors' data (from ``weights``, else their ``raw_data``) into ``path`` as ONNX
+    external data, in place; returns the function that puts the model back as it was. onnxruntime
+    maps an external file into memory instead of copying it from the serialized model: the session
+    holds the weights once, as file pages, not twice (the bytes and its tensors: ViT-L/16's 1.2 GB
+    of weights made each shape session 2.4 GB)."""
     moved = []
     try:
         with open(path, "wb") as f:
             for t in tensors:
-                raw = t.raw_data
+                raw = None if t.name in weights else t.raw_data  # None: the proto holds no data
+                data = memoryview(np.ascontiguousarray(weights[t.name])).cast("B") if raw is None else raw
                 offset = -f.tell() % 4096 + f.tell()  # page-aligned
                 f.seek(offset)
-                f.write(raw)
+                f.write(data)
                 t.ClearField("raw_data")
                 moved.append((t, raw))
                 t.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", path.name), ("offset", str(offset)), ("length", str(len(raw)))):
+                for key, value in (("location", path.name), ("offset", str(offset)), ("length", str(len(data)))):
                     entry = t.external_data.add()
                     entry.key, entry.value = key, value
     except BaseException:
@@ -400,7 +454,8 @@ def _from_external(moved: list) -> None:
     for t, raw in moved:
         del t.external_data[:]
         t.ClearField("data_location")
-        t.raw_data = raw
+        if raw is not None:
+            t.raw_data = raw
 
 
 def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
@@ -466,7 +521,7 @@ def _unscoped_by_consumers(g: onnx.GraphProto, scopes: dict[str, str]) -> dict[s
 RELEASE_ABOVE_BYTES = 64 << 20
 
 
-def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_values=None) -> None:
+def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_values=None, weights=None) -> None:
     """Fill every value's shape/dtype; fold constant nodes out of the graph."""
     const_nodes = _constant_nodes(graph)
     const_outputs = [o for n in const_nodes for o in n.outputs if o]
@@ -481,7 +536,7 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
     why = "onnxruntime (which torch2ms runs to infer static shapes and fold constants)"
     model = _relaxed(model, {name: graph.values[name].shape for name in graph.inputs})
     try:
-        sess = session_with_outputs(model, [w[2] for w in wanted], shape_nodes)
+        sess = session_with_outputs(model, [w[2] for w in wanted], shape_nodes, weights=weights)
     except Exception as err:
         raise OnnxError(f"{source}: {why} cannot load the model: {_first_line(err)}") from None
     # Only shapes are read from this run. Integer inputs are ones, not zeros: an integer Div or Mod
