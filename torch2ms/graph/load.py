@@ -568,7 +568,7 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
     # it for a large model: the garbage collection costs ~0.13 s in a process that imported torch
     # and MindSpore, 85% of a small graph's load (the per-op tests load ~2500).
     del sess
-    if sum(len(t.raw_data) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:
+    if sum(_nbytes(t) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:  # raw_data's len would copy it
         release_freed()
     dtypes = _inferred_dtypes(model)
     for kind, name, out in wanted:
