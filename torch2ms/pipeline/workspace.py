@@ -38,13 +38,18 @@ def signals_held():
         yield  # only the main thread may set handlers, and only it receives their calls
         return
     caught: list[int] = []
-    before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in HELD}
+    before: dict = {}
     try:
+        for s in HELD:  # inside the try: a signal already pending is handled by signal.signal itself
+            before[s] = signal.signal(s, lambda signum, frame: caught.append(signum))
         yield
     finally:
         for s, handler in before.items():
             # None: the handler was set outside Python (MindSpore's SIGINT handler); Python's own replaces it
-            signal.signal(s, handler if handler is not None else HELD[s])
+            try:
+                signal.signal(s, handler if handler is not None else HELD[s])
+            except KeyboardInterrupt:  # a pending one, raised by the restore: held like the others
+                caught.append(s)
         if caught:
             raise KeyboardInterrupt(signal.Signals(caught[0]).name)
 
