@@ -108,7 +108,7 @@ def test_large_weights_reach_onnxruntime_as_mapped_external_data(monkeypatch):
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(load, "EXTERNAL_TENSOR", w.nbytes)
+    monkeypatch.setattr(onnxrt, "EXTERNAL_TENSOR", w.nbytes)
     monkeypatch.setattr(tempfile, "TemporaryDirectory", spy)
     sess = load.session_with_outputs(model, ["m", "y"])
     x = rng.standard_normal((2, 64)).astype(np.float32)
@@ -134,7 +134,7 @@ def test_a_loaded_model_gives_its_large_weights_to_the_graph_unchanged(tmp_path,
     onnx_path = first.root / "export" / "model.onnx"
     shapes = {i.name: tuple(i.shape) for i in recipe.inputs}
     copied = load.load_onnx(onnx_path, shapes)
-    monkeypatch.setattr(load, "EXTERNAL_TENSOR", 64)  # every weight but the smallest biases
+    monkeypatch.setattr(onnxrt, "EXTERNAL_TENSOR", 64)  # every weight but the smallest biases
     taken = load.load_onnx(onnx_path, shapes)
     moved = [v for v in taken.values.values() if v.is_const and not v.const.flags.writeable]
     assert len(moved) >= 3, "no weight was moved out of the proto"
@@ -146,3 +146,34 @@ def test_a_loaded_model_gives_its_large_weights_to_the_graph_unchanged(tmp_path,
             np.testing.assert_array_equal(v.const, w.const, err_msg=name)
     result = Runner(recipe, out_root=tmp_path / "again", log=lambda m: None).run(until="fold")
     assert [s.status for s in result.stages[:3]] == ["passed"] * 3
+
+
+def test_a_model_past_the_serialized_limit_sends_every_weight_as_external_data(monkeypatch):
+    """Past ``SERIALIZED_MAX`` bytes of initializers in all (protobuf serializes at most 2 GB), every
+    one goes to the file, small ones too; the session computes the same values and the model is
+    given back as it was."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((4,)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    before = model.SerializeToString()
+    sent = []
+    real = onnxrt._to_external
+    monkeypatch.setattr(onnxrt, "SERIALIZED_MAX", 0)
+    monkeypatch.setattr(onnxrt, "_to_external", lambda t, *a: sent.extend(x.name for x in t) or real(t, *a))
+    sess = onnxrt.session(model, onnxrt.SHAPES)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(["y"], {"x": x})[0], x @ w + b, rtol=1e-5, atol=1e-5)
+    assert sorted(sent) == ["b", "w"]
+    assert model.SerializeToString() == before

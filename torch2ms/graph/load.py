@@ -27,7 +27,6 @@ model reaches onnxruntime or numpy only to fail there:
 from __future__ import annotations
 
 import ast
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +34,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from torch2ms.errors import OnnxError
+from torch2ms.graph import onnxrt
 from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.runtime.memory import release_freed
-
-# an initializer this large goes to onnxruntime as external data, mapped from a file
-EXTERNAL_TENSOR = 16 * 2**20
 
 # 11 ... 23. 23 is the newest opset the TorchScript exporter of the installed torch (2.14) writes;
 # onnxruntime 1.32 runs up to 28.
@@ -343,18 +340,13 @@ _PLAIN = {
 }
 
 
-def _nbytes(t: onnx.TensorProto) -> int:
-    """The tensor's data size from its dims and type (without reading ``raw_data``, a copy)."""
-    return int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-
-
 def _take_weights(g: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Each initializer of ``EXTERNAL_TENSOR`` bytes or more as a read-only array over its bytes,
+    """Each initializer of ``onnxrt.EXTERNAL_TENSOR`` bytes or more as a read-only array over its bytes,
     which leave the proto: the model and the graph held every weight twice (ViT-L/16: 2.4 GB)."""
     taken = {}
     for t in g.initializer:
         plain = t.data_type in _PLAIN and t.data_location != onnx.TensorProto.EXTERNAL and t.HasField("raw_data")
-        if not plain or _nbytes(t) < EXTERNAL_TENSOR:
+        if not plain or onnxrt.tensor_nbytes(t) < onnxrt.EXTERNAL_TENSOR:
             continue
         raw = t.raw_data
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
@@ -389,73 +381,20 @@ def session_with_outputs(
     intermediate ones included, computed by the model or by ``extra_nodes`` appended to it. Its
     options are ``purpose``'s (``graph.onnxrt``): SHAPES unless given (``diff`` runs REFERENCE).
     ``weights``: the data of initializers ``_take_weights`` took out of ``model``."""
-    import torch2ms.graph.onnxrt as onnxrt
-
     # ``model`` itself, its outputs swapped for the serialization and put back: a CopyFrom would
     # hold the weights once more while onnxruntime reads them
     kept_outputs = list(model.graph.output)
     n_nodes = len(model.graph.node)
     op_types = {n.op_type for n in model.graph.node}
-    weights = weights or {}
-    large = [
-        t
-        for t in model.graph.initializer
-        if t.name in weights or (t.HasField("raw_data") and _nbytes(t) >= EXTERNAL_TENSOR)
-    ]
-    folder = tempfile.TemporaryDirectory(prefix="torch2ms-weights-") if large else None
-    restore = lambda: None  # noqa: E731
     try:
         del model.graph.output[:]
         model.graph.node.extend(extra_nodes)
         model.graph.output.extend(helper.ValueInfoProto(name=name) for name in outputs)
-        if folder is None:
-            return onnxrt.session(model.SerializeToString(), purpose or onnxrt.SHAPES, op_types)
-        restore = _to_external(large, Path(folder.name) / "weights.bin", weights)
-        path = Path(folder.name) / "model.onnx"
-        path.write_bytes(model.SerializeToString())
-        return onnxrt.session(path, purpose or onnxrt.SHAPES, op_types)
+        return onnxrt.session(model, purpose or onnxrt.SHAPES, op_types, weights=weights)
     finally:
-        restore()
         del model.graph.output[:]
         model.graph.output.extend(kept_outputs)
         del model.graph.node[n_nodes:]
-        if folder is not None:
-            folder.cleanup()  # onnxruntime has mapped the weights; the mapping outlives the file
-
-
-def _to_external(tensors: list[onnx.TensorProto], path: Path, weights: dict[str, np.ndarray]):
-    """Move the tensors' data (from ``weights``, else their ``raw_data``) into ``path`` as ONNX
-    external data, in place; returns the function that puts the model back as it was. onnxruntime
-    maps an external file into memory instead of copying it from the serialized model: the session
-    holds the weights once, as file pages, not twice (the bytes and its tensors: ViT-L/16's 1.2 GB
-    of weights made each shape session 2.4 GB)."""
-    moved = []
-    try:
-        with open(path, "wb") as f:
-            for t in tensors:
-                raw = None if t.name in weights else t.raw_data  # None: the proto holds no data
-                data = memoryview(np.ascontiguousarray(weights[t.name])).cast("B") if raw is None else raw
-                offset = -f.tell() % 4096 + f.tell()  # page-aligned
-                f.seek(offset)
-                f.write(data)
-                t.ClearField("raw_data")
-                moved.append((t, raw))
-                t.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", path.name), ("offset", str(offset)), ("length", str(len(data)))):
-                    entry = t.external_data.add()
-                    entry.key, entry.value = key, value
-    except BaseException:
-        _from_external(moved)
-        raise
-    return lambda: _from_external(moved)
-
-
-def _from_external(moved: list) -> None:
-    for t, raw in moved:
-        del t.external_data[:]
-        t.ClearField("data_location")
-        if raw is not None:
-            t.raw_data = raw
 
 
 def module_scopes(g: onnx.GraphProto) -> dict[str, str]:
@@ -568,7 +507,7 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
     # it for a large model: the garbage collection costs ~0.13 s in a process that imported torch
     # and MindSpore, 85% of a small graph's load (the per-op tests load ~2500).
     del sess
-    if sum(_nbytes(t) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:  # raw_data's len would copy it
+    if sum(onnxrt.tensor_nbytes(t) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:
         release_freed()
     dtypes = _inferred_dtypes(model)
     for kind, name, out in wanted:

@@ -156,40 +156,93 @@ def session_options(purpose: Purpose, op_types=None, threads: int | None = None)
     return opts
 
 
-def session(source, purpose: Purpose, op_types=None, threads: int | None = None):
+def session(source, purpose: Purpose, op_types=None, threads: int | None = None, weights=None):
     """An onnxruntime CPU session of ``purpose`` on ``source``: a path, serialized bytes, or a
     ``ModelProto``. REFERENCE takes the graph's ``op_types`` (a ``ModelProto``'s own by default).
-
-    A ``ModelProto`` over protobuf's 2 GB limit (the emulator adds a rounded copy of every weight:
-    ViT-L/16's 1.2 GB become 2.4 GB) cannot be serialized to bytes, so it goes through a temporary
-    file with its tensors as external data."""
+    ``weights``: for a ``ModelProto``, the data of initializers taken out of it
+    (``graph.load._take_weights``), by name."""
     import onnxruntime as ort
 
     if hasattr(source, "graph"):
         if op_types is None and purpose.optimization == "policy":
             op_types = {n.op_type for n in source.graph.node}
-        return _from_model(source, session_options(purpose, op_types, threads))
+        return _from_model(source, session_options(purpose, op_types, threads), weights or {})
     opts = session_options(purpose, op_types, threads)
     data = str(source) if isinstance(source, (str, Path)) else source
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
-def _from_model(model, opts):
+# an initializer this large reaches onnxruntime as external data in a file, which it maps
+EXTERNAL_TENSOR = 16 * 2**20
+# beyond this in all, every initializer goes to the file (protobuf serializes at most 2 GB)
+SERIALIZED_MAX = 1 << 30
+
+
+def tensor_nbytes(t) -> int:
+    """An initializer's data size from its dims and type (reading ``raw_data`` would copy it)."""
+    from onnx import helper
+
+    return int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+
+def _from_model(model, opts, weights: dict[str, np.ndarray]):
+    """A session on ``model``, which is given back as it was. Its large initializers (and those whose
+    data ``weights`` holds) go as external data in a temporary file: onnxruntime maps the file
+    instead of copying the tensors out of the serialized model, which held the weights twice (the
+    bytes and onnxruntime's tensors: ViT-L/16's 1.2 GB made each shape session 2.4 GB; a 1 GB
+    weight: +2075 MB as bytes, +27 MB mapped, +1052 MB of file pages once a run reads it). The
+    mapping outlives the file."""
     import tempfile
 
-    import onnx
     import onnxruntime as ort
 
-    try:
-        data = model.SerializeToString()
-    except Exception:  # protobuf's EncodeError: over 2 GB
-        data = None
-    if data is not None:
-        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    inits = [t for t in model.graph.initializer if t.name in weights or t.HasField("raw_data")]
+    whole = sum(tensor_nbytes(t) for t in inits) > SERIALIZED_MAX
+    large = [t for t in inits if t.name in weights or whole or tensor_nbytes(t) >= EXTERNAL_TENSOR]
+    if not large:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     with tempfile.TemporaryDirectory(prefix="torch2ms-session-") as tmp:
         path = Path(tmp) / "model.onnx"
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin")
+        restore = _to_external(large, Path(tmp) / "weights.bin", weights)
+        try:
+            path.write_bytes(model.SerializeToString())
+        finally:
+            restore()
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _to_external(tensors: list, path: Path, weights: dict[str, np.ndarray]):
+    """Move the tensors' data (from ``weights``, else their ``raw_data``) into ``path`` as ONNX
+    external data, in place; returns the function that puts them back as they were."""
+    import onnx
+
+    moved = []
+    try:
+        with open(path, "wb") as f:
+            for t in tensors:
+                raw = None if t.name in weights else t.raw_data  # None: the proto holds no data
+                data = memoryview(np.ascontiguousarray(weights[t.name])).cast("B") if raw is None else raw
+                offset = -f.tell() % 4096 + f.tell()  # page-aligned
+                f.seek(offset)
+                f.write(data)
+                t.ClearField("raw_data")
+                moved.append((t, raw))
+                t.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", path.name), ("offset", str(offset)), ("length", str(len(data)))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, value
+    except BaseException:
+        _from_external(moved)
+        raise
+    return lambda: _from_external(moved)
+
+
+def _from_external(moved: list) -> None:
+    for t, raw in moved:
+        del t.external_data[:]
+        t.ClearField("data_location")
+        if raw is not None:
+            t.raw_data = raw
 
 
 def reference_session(path: Path, op_types):
