@@ -42,21 +42,32 @@ def float64_outputs(model, samples) -> list[dict[str, np.ndarray]] | None:
             model.float()
 
 
-def misses_recipe_bound(recipe, outputs, reference, batches=None, batch_reference=None) -> bool:
-    """Whether ``outputs`` (onnxruntime's, per sample) miss the recipe's own bounds against PyTorch's
-    ``reference``: tensor bound, argmax agreement or task gate, also at the extra batch sizes. Only
-    then can the float32 noise floor (which only widens a bound) decide the export stage's check."""
-    from torch2ms.compare import Tolerance, compare_outputs
-    from torch2ms.tasks import gate, task_for
+def _ort_metrics(outputs, reference, batches=None, batch_reference=None) -> list | None:
+    """onnxruntime's metrics against PyTorch's ``reference``, at the samples and the extra batch
+    sizes; None when they cannot be compared (the runner reports it)."""
+    from torch2ms.compare import compare_outputs
 
-    check = recipe.check
-    tol = Tolerance(check.rel_error, check.cosine, check.argmax_agreement)
     try:
         metrics = compare_outputs(outputs, reference)
         for size, outs in (batches or {}).items():
             metrics += compare_outputs([outs], [batch_reference[size][1]])
     except (ValueError, KeyError):
-        return True  # the runner reports it; the floor is measured as before
+        return None
+    return metrics
+
+
+def misses_recipe_bound(recipe, outputs, reference, metrics) -> bool:
+    """Whether onnxruntime's ``outputs`` (per sample; ``metrics`` from ``_ort_metrics``) miss the
+    recipe's own bounds against PyTorch's ``reference``: tensor bound, argmax agreement or task
+    gate, also at the extra batch sizes. Only then can the float32 noise floor (which only widens a
+    bound) decide the export stage's check."""
+    from torch2ms.compare import Tolerance
+    from torch2ms.tasks import gate, task_for
+
+    if metrics is None:
+        return True  # the floor is measured as before
+    check = recipe.check
+    tol = Tolerance(check.rel_error, check.cosine, check.argmax_agreement)
     if any(tol.violations(m) for m in metrics):
         return True
     t = task_for(recipe)
@@ -104,7 +115,8 @@ def floor_fields(recipe, model, samples, outputs, ort_out, ort_batches, batch_re
     Also returns PyTorch's float64 outputs when they were run (``{"samples": [...], "batches":
     {size: [...]}}``, else None): what ``model.onnx`` in float64 is held to when the check lies
     beyond ``check.ceiling`` (``pipeline.evidence.for_export``)."""
-    fields: dict = {"float32_floor_needed": misses_recipe_bound(recipe, ort_out, outputs, ort_batches, batch_reference)}
+    metrics = _ort_metrics(ort_out, outputs, ort_batches, batch_reference)  # once, for both questions
+    fields: dict = {"float32_floor_needed": misses_recipe_bound(recipe, ort_out, outputs, metrics)}
     if not fields["float32_floor_needed"]:
         return fields, None
     wide = float64_outputs(model, samples)
@@ -116,22 +128,18 @@ def floor_fields(recipe, model, samples, outputs, ort_out, ort_batches, batch_re
     if wide is None:
         return fields, None
     # the extra batch sizes in float64 only when the float64 evidence may be asked for
-    past = _past_ceiling(recipe, ort_out, outputs, ort_batches, batch_reference)
+    past = _past_ceiling(recipe, metrics)
     batches = {n: float64_outputs(model, [sample]) for n, (sample, _) in (batch_reference or {}).items() if past}
     return fields, {"samples": wide, "batches": batches}
 
 
-def _past_ceiling(recipe, ort_out, outputs, ort_batches, batch_reference) -> bool:
-    """Whether onnxruntime lies beyond ``check.ceiling`` somewhere (samples or extra batch sizes):
-    only then does the runner ask for the export's float64 evidence (``pipeline.evidence``)."""
+def _past_ceiling(recipe, metrics) -> bool:
+    """Whether onnxruntime lies beyond ``check.ceiling`` somewhere (samples or extra batch sizes;
+    ``metrics`` from ``_ort_metrics``): only then does the runner ask for the export's float64
+    evidence (``pipeline.evidence``)."""
     from torch2ms.bounds import ceiling
-    from torch2ms.compare import compare_outputs
 
-    rel, cos = ceiling(recipe.check)
-    try:
-        metrics = compare_outputs(ort_out, outputs)
-        for size, outs in (ort_batches or {}).items():
-            metrics += compare_outputs([outs], [batch_reference[size][1]])
-    except (ValueError, KeyError):
+    if metrics is None:
         return True
+    rel, cos = ceiling(recipe.check)
     return any(not (m.rel_error <= rel and m.cosine >= cos) for m in metrics)
