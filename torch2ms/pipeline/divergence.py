@@ -288,9 +288,9 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
-def load_probe(stage_dir: Path, variables: list[str], tag: str, replay=None):
-    """The stage's network with the probe's ``construct``, weights from its ``network.ckpt``;
-    with ``replay`` (the hook), each of ``variables`` goes through it (``replay_tree``)."""
+def load_probe(stage_dir: Path, variables: list[str], tag: str, hook):
+    """The stage's network with the probe's ``construct``, weights from its ``network.ckpt``, each
+    of ``variables`` going through ``hook`` (``replay_tree``)."""
     path = stage_dir / "network.py"
     source = probe_source(path.read_text(), variables)
     name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
@@ -298,9 +298,9 @@ def load_probe(stage_dir: Path, variables: list[str], tag: str, replay=None):
     module.__file__ = str(path)
     sys.modules[name] = module
     try:
-        code = source if replay is None else replay_tree(source, set(variables))
-        module.__dict__[REPLAY_HOOK] = replay
-        exec(compile(code, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated code
+        module.__dict__[REPLAY_HOOK] = hook
+        code = compile(replay_tree(source, set(variables)), str(path), "exec")
+        exec(code, module.__dict__)  # noqa: S102 - our own generated code
         return module.build(str(stage_dir / "network.ckpt"))
     finally:
         sys.modules.pop(name, None)
@@ -404,14 +404,15 @@ class _Stream:
         return value
 
     def finish(self) -> None:
-        """The run pass: entries whose statement ran fewer times than there are entries take its
-        last value; a statement that never ran leaves its tensor a problem (nothing to compare)."""
-        if self.replay:
-            return
-        for key, tensors in self.tensors.items():
-            n = self.calls.get(key, 0)
-            for tensor in tensors[n:]:
-                self.acc[tensor].add(self.last[key] if n else np.asarray(None), self.reference[tensor])
+        """The pass is over. The run pass: entries whose statement ran fewer times than there are
+        entries take its last value; a statement that never ran leaves its tensor a problem
+        (nothing to compare). Then the sample's values are let go."""
+        if not self.replay:
+            for key, tensors in self.tensors.items():
+                n = self.calls.get(key, 0)
+                for tensor in tensors[n:]:
+                    self.acc[tensor].add(self.last[key] if n else np.asarray(None), self.reference[tensor])
+        self.start({})
 
 
 # --- the two sides ----------------------------------------------------------------------------
@@ -553,7 +554,6 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
                     stream.start(reference)
                     network(*[ms.Tensor(v) for v in sample.values()])
                     stream.finish()
-                run.start({}), replay.start({})
     finally:
         ms.set_context(mode=mode)
     return acc, local_acc
