@@ -90,11 +90,11 @@ class CompileStage(Stage):
         """The PyNative figure the speedup is stated against (reported, not decided on): the
         unfolded network's calls that its stage's check made on every sample, timed there; timed
         here (a first call, then ``min(runs, 3)``) when that record holds none."""
-        ms = msutil.mindspore()
         src = ctx.artifact("network.py", first=True).parent
         calls = ((ctx.run.read_record(src.name) or {}).get("extra") or {}).get(PYNATIVE_CALLS)
         if calls:
             return {**latency.summary(calls[0], calls), "timed_in": f"the {src.name} stage's check"}
+        ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)
         cell = msutil.build_network(src, "compile_pynative")
         pynative = msutil.time_cell(cell, sample, 0, min(spec.runs, PYNATIVE_RUNS))
