@@ -77,6 +77,23 @@ def test_execution_order_changes_no_shape_or_constant(monkeypatch):
         assert {k: v.shape for k, v in a.values.items()} == {k: v.shape for k, v in b.values.items()}
 
 
+def matmul_add(w: np.ndarray, b: np.ndarray, rows: int):
+    """``y = x @ w + b`` as a MatMul (output ``m``) and an Add, ``w`` and ``b`` initializers."""
+    from onnx import numpy_helper
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    return helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, w.shape[0]])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, w.shape[1]])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+
+
 def test_large_weights_reach_onnxruntime_as_mapped_external_data(monkeypatch):
     """An initializer of ``EXTERNAL_TENSOR`` bytes or more goes to the session as external data (a
     file onnxruntime maps, not a second copy in the serialized model); the session computes the
@@ -84,22 +101,10 @@ def test_large_weights_reach_onnxruntime_as_mapped_external_data(monkeypatch):
     import tempfile
     from pathlib import Path
 
-    from onnx import numpy_helper
-
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 32)).astype(np.float32)  # 8 KB; the threshold is lowered below
     small = rng.standard_normal((32,)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
-    model = helper.make_model(
-        helper.make_graph(
-            nodes,
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
-            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(small, "b")],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
+    model = matmul_add(w, small, 2)
     before = model.SerializeToString()
     made = []
     real = tempfile.TemporaryDirectory
@@ -152,21 +157,9 @@ def test_a_model_past_the_serialized_limit_sends_every_weight_as_external_data(m
     """Past ``SERIALIZED_MAX`` bytes of initializers in all (protobuf serializes at most 2 GB), every
     one goes to the file, small ones too; the session computes the same values and the model is
     given back as it was."""
-    from onnx import numpy_helper
-
     rng = np.random.default_rng(1)
     w, b = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((4,)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
-    model = helper.make_model(
-        helper.make_graph(
-            nodes,
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
-            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
+    model = matmul_add(w, b, 3)
     before = model.SerializeToString()
     sent = []
     real = onnxrt._to_external
