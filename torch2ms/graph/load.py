@@ -33,8 +33,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import torch2ms.graph.onnxrt as onnxrt
 from torch2ms.errors import OnnxError
-from torch2ms.graph import onnxrt
 from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.runtime.memory import release_freed
 
