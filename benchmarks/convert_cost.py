@@ -3,7 +3,10 @@
 For each recipe, the pipeline runs in a child process exactly as ``torch2ms convert`` runs it
 (same Runner, same CPU setting); the child prints a timestamp whenever a stage starts or ends,
 and this process samples the child's RSS every 50 ms (psutil), so each stage gets its wall time
-(run + check + commit) and the peak RSS seen while it ran. Where the stage records them
+(run + check + commit) and the peak RSS seen while it ran. The process tree is counted twice:
+the sum of its processes' RSS (a page shared by k processes counted k times), and the sum of
+their PSS (``tree_pss``: each such page once), which is what the tree takes from the machine
+when MindSpore's kernel-build server and its forked workers run beside the conversion. Where the stage records them
 (``stage.json``: ``cpu_seconds``, ``memory.peak_rss_mb``, the process's exact high-water mark
 during the stage), those are shown too, and the child's CPU seconds in all (user + system,
 ``getrusage``): on a machine shared with other work, CPU seconds say more than wall time. Cold: a
@@ -64,17 +67,18 @@ def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
         cwd=code,
         env={**os.environ, "PYTHONPATH": str(code)},
     )
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []  # (time, tree RSS MB, tree PSS MB)
     stop = threading.Event()
 
     def sample() -> None:
         p = psutil.Process(proc.pid)
         while not stop.is_set():
             try:
-                rss = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+                tree = [p, *p.children(recursive=True)]
+                rss = sum(q.memory_info().rss for q in tree)
             except psutil.Error:
                 break
-            samples.append((time.time(), rss / 2**20))
+            samples.append((time.time(), rss / 2**20, tree_pss(tree) / 2**20 if len(tree) > 1 else rss / 2**20))
             time.sleep(0.05)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -95,8 +99,12 @@ def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
             continue
         first = next(tt for s, tt in marks if s == stage)
         begin = first if first < t else start
-        window = [rss for ts, rss in samples if begin <= ts <= t]
-        stages[stage] = {"wall_s": round(t - begin, 1), "peak_rss_mb": round(max(window), 0) if window else None}
+        window = [(rss, pss) for ts, rss, pss in samples if begin <= ts <= t]
+        stages[stage] = {
+            "wall_s": round(t - begin, 1),
+            "peak_rss_mb": round(max(r for r, _ in window), 0) if window else None,
+            "peak_pss_mb": round(max(q for _, q in window), 0) if window else None,
+        }
         rec_path = out / json.loads(recipe_name(recipe)) / stage / "stage.json"
         rec = json.loads(rec_path.read_text()) if rec_path.is_file() else {}
         ran = any(e.get("stage") == stage and e["event"] == "running" for e in events)
@@ -108,10 +116,26 @@ def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
         "total_s": round(t_end - t0, 1),
         "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
         "startup_s": round(imported - t0, 1),
-        "peak_rss_mb": round(max(r for _, r in samples), 0) if samples else None,
+        "peak_rss_mb": round(max(r for _, r, _ in samples), 0) if samples else None,
+        "peak_pss_mb": round(max(q for _, _, q in samples), 0) if samples else None,
         "passed": done.get("passed"),
         "stages": stages,
     }
+
+
+def tree_pss(tree) -> int:
+    """Bytes of memory a process tree holds: the sum of each process's PSS (``smaps_rollup``), which
+    counts a page shared by k processes (a forked child's copy-on-write pages, the shared libraries
+    that MindSpore's kernel-build server maps too) 1/k times in each. The sum of RSS counts it k
+    times."""
+    total = 0
+    for q in tree:
+        try:
+            with open(f"/proc/{q.pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration):
+            total += q.memory_info().rss  # gone or unreadable: counted whole
+    return total
 
 
 def recipe_name(recipe: Path) -> str:
@@ -125,7 +149,7 @@ def to_markdown(results: dict) -> str:
     lines = [
         "| recipe | run | "
         + " | ".join(f"{s} s / MB" for s in stages)
-        + " | startup s | total s | CPU s | peak RSS MB |",
+        + " | startup s | total s | CPU s | peak MB (tree RSS / tree PSS) |",
         "|---|---|" + "---|" * (len(stages) + 4),
     ]
     for name, runs in results.items():
@@ -141,7 +165,8 @@ def to_markdown(results: dict) -> str:
             lines.append(
                 f"| {name} | {kind} | "
                 + " | ".join(cells)
-                + f" | {r['startup_s']} | {r['total_s']} | {r.get('cpu_s', '-')} | {r['peak_rss_mb']:.0f} |"
+                + f" | {r['startup_s']} | {r['total_s']} | {r.get('cpu_s', '-')} | {r['peak_rss_mb']:.0f}"
+                + f" / {r.get('peak_pss_mb') or r['peak_rss_mb']:.0f} |"
             )
     return "\n".join(lines) + "\n"
 
