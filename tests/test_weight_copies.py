@@ -128,3 +128,30 @@ def test_float64_reference_of_a_half_model_copies_it():
     model = torch.nn.Linear(8, 8).half().eval()
     assert float64_outputs(model, [{"x": np.ones((1, 8), np.float32)}]) is not None
     assert next(model.parameters()).dtype == torch.float16
+
+
+def test_a_load_that_failed_is_not_tried_again(tmp_path, monkeypatch):
+    """A model with its batch baked in (the Reshape's shape says 1) fails at batch 2 in onnxruntime;
+    a second stage asking for batch 2 gets the same error without a second load."""
+    import torch2ms.graph
+    from torch2ms.errors import OnnxError
+
+    path = tmp_path / "model.onnx"
+    _mlp_onnx(path)
+    model = onnx.load(str(path))
+    shape = next(t for t in model.graph.initializer if t.name == "shape")
+    shape.CopyFrom(numpy_helper.from_array(np.array([1, WIDTH], np.int64), "shape"))
+    onnx.save(model, str(path))
+    loads = []
+    real = torch2ms.graph.load_onnx
+    monkeypatch.setattr(torch2ms.graph, "load_onnx", lambda *a, **k: loads.append(a[1]) or real(*a, **k))
+    ctx = _ctx(tmp_path)
+    ctx.onnx_graph(path)
+    errors = []
+    for _ in range(2):
+        with pytest.raises(OnnxError, match="Reshape") as raised:
+            ctx.onnx_graph(path, {"x": 2})
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]
+    assert [s["x"] for s in loads] == [(1, WIDTH), (2, WIDTH)]  # batch 2 loaded once
+    assert ctx.onnx_graph(path).values["x"].shape == (1, WIDTH)  # the batch-1 graph is still served

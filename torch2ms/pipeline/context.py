@@ -69,7 +69,11 @@ class RunContext:
 
     def onnx_graph(self, path: Path, batch: dict[str, int] | None = None, seq: dict[str, int] | None = None):
         """A fresh copy of the loaded, shape-inferred ONNX graph (loaded once per run); ``batch``
-        overrides dimension 0 of the inputs it names, ``seq`` dimension 1."""
+        overrides dimension 0 of the inputs it names, ``seq`` dimension 1. A load that failed
+        (``OnnxError``: the same file at the same sizes fails the same way) is not tried again: a
+        later stage gets the same error at once. A ViT traced with its batch as a constant fails at
+        batch 2 in the rebuild stage, and loading it again in fold cost ViT-B/16 1 GB and 2 s."""
+        from torch2ms.errors import OnnxError
         from torch2ms.graph import load_onnx
         from torch2ms.pipeline.workspace import sha256_file
 
@@ -81,9 +85,15 @@ class RunContext:
                 + tuple(i.shape[2:])
                 for i in self.recipe.inputs
             }
-            graph = load_onnx(path, shapes)
-            shared = [g for k, g in self.cache.items() if isinstance(k, tuple) and k[:3] == key[:3]]
+            try:
+                graph = load_onnx(path, shapes)
+            except OnnxError as err:
+                self.cache[key] = copy.copy(err)  # without its traceback, whose frames hold the model
+                raise
+            shared = [g for k, g in self.cache.items() if isinstance(k, tuple) and k[:3] == key[:3] and not _failed(g)]
             self.cache[key] = freeze_constants(graph, shared[0] if shared else None)
+        if _failed(self.cache[key]):
+            raise copy.copy(self.cache[key]) from None
         return shared_copy(self.cache[key])
 
     def drop_graphs(self) -> None:
@@ -91,6 +101,10 @@ class RunContext:
         stage generates code from them."""
         for key in [k for k in self.cache if isinstance(k, tuple) and k[:1] == ("graph",)]:
             del self.cache[key]
+
+
+def _failed(cached) -> bool:
+    return isinstance(cached, BaseException)
 
 
 def freeze_constants(graph, like=None):
