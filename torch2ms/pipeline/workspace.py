@@ -18,6 +18,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -54,12 +55,31 @@ def signals_held():
             raise KeyboardInterrupt(signal.Signals(caught[0]).name)
 
 
+# sha256 per file identity: a run hashes model.onnx and network.ckpt (160 MB each for DeepLabV3+)
+# in several places. Any write to a file sets its ctime to the kernel's coarse clock, which nothing
+# can set back, and a rename over it changes the inode; a file is remembered only once its ctime is
+# older than a clock tick, so a later write within the same tick cannot keep the same key.
+_HASHED: dict[tuple, str] = {}
+_SETTLED_S = 0.05
+
+
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key in _HASHED:
+            return _HASHED[key]
+        settled = time.time_ns() - st.st_ctime_ns > _SETTLED_S * 1e9
+        h = hashlib.sha256()
         while block := f.read(chunk):
             h.update(block)
-    return h.hexdigest()
+        st = os.fstat(f.fileno())
+    digest = h.hexdigest()
+    if settled and key == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+        if len(_HASHED) > 4096:
+            _HASHED.clear()
+        _HASHED[key] = digest
+    return digest
 
 
 def artifact_hashes(folder: Path) -> dict[str, str]:
