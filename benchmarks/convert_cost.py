@@ -74,10 +74,17 @@ def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
         p = psutil.Process(proc.pid)
         while not stop.is_set():
             try:
-                tree = [p, *p.children(recursive=True)]
-                rss = sum(q.memory_info().rss for q in tree)
-            except psutil.Error:
+                own = p.memory_info().rss
+                children = p.children(recursive=True)
+            except psutil.Error:  # the child has ended
                 break
+            tree, rss = [p], own
+            for c in children:  # a child may end between the listing and its reading (ruff's runs)
+                try:
+                    rss += c.memory_info().rss
+                    tree.append(c)
+                except psutil.Error:
+                    pass
             samples.append((time.time(), rss / 2**20, tree_pss(tree) / 2**20 if len(tree) > 1 else rss / 2**20))
             time.sleep(0.05)
 
@@ -133,8 +140,8 @@ def tree_pss(tree) -> int:
         try:
             with open(f"/proc/{q.pid}/smaps_rollup") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
-        except (OSError, StopIteration):
-            total += q.memory_info().rss  # gone or unreadable: counted whole
+        except (OSError, StopIteration):  # ended since it was listed: nothing to count
+            pass
     return total
 
 
