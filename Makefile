@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # check takes the union of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: venv convert lint test test-slow zoo bench clean
+.PHONY: venv convert lint test test-slow test-avx2 zoo bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: venv lint
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+# The CPU-dependent tests on an emulated AVX2-only EPYC (qemu-user; ~15 min): .ci/avx2
+test-avx2: venv
+	.ci/avx2
 
 # The zoo extras (timm, segmentation-models-pytorch, ultralytics: pyproject's [zoo]) go into .venv first.
 $(ZOO_STAMP): $(STAMP) pyproject.toml
