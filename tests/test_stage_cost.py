@@ -131,3 +131,30 @@ def test_faster_variant_stops_once_no_remaining_round_can_decide(monkeypatch):
     # one round earlier it could still have been decided (it stops at the first such round)
     earlier = {k: v[:-1] for k, v in times.items()}
     assert min(latency.best_reachable_p(earlier[x], earlier[y], rest + 1) for x, y in (("a", "b"), ("b", "a"))) <= 0.05
+
+
+@pytest.mark.parametrize("samples, warmup, after", [(3, 1, 1), (3, 2, 0), (2, 2, 0), (1, 1, 0)])
+def test_compile_checks_the_samples_its_warm_up_calls_ran_without_running_them_again(
+    tmp_path, monkeypatch, samples, warmup, after
+):
+    """Each warm-up call runs the next sample; the check takes the chosen cell's outputs of those
+    samples (and of the first, from its timed calls), so only the samples no call ran run again. The
+    check against PyTorch passing says each output is its own sample's."""
+    from torch2ms.runtime import msutil
+
+    path = write_recipe(
+        tmp_path / "tiny.yaml", check={"samples": samples}, compile={"graph_kernel": "off", "warmup": warmup, "runs": 3}
+    )
+    stage, ran = {"now": None}, []
+    real = msutil.run_cell
+
+    def run_cell(cell, inputs, *a, **k):
+        if stage["now"] == "compile":
+            ran.append(len(inputs))
+        return real(cell, inputs, *a, **k)
+
+    monkeypatch.setattr(msutil, "run_cell", run_cell)
+    on_stage = lambda name, state: stage.update(now=name if state == "running" else None)  # noqa: E731
+    result = Runner(load_recipe(path), log=lambda m: None, on_stage=on_stage).run()
+    assert result.passed, [(s.stage, s.reason) for s in result.stages]
+    assert ran == [after]

@@ -7,7 +7,8 @@ not assumed to help: measure it): after ``warmup`` calls each, the two are timed
 rounds until one is faster at p <= 0.05 (exact Mann-Whitney, ``torch2ms.runtime.latency``), ``runs``
 rounds ran, or no outcome of the remaining rounds could reach p <= 0.05; ``decision`` in the record
 says how many rounds and the p reached. The check's first sample is the chosen cell's output
-from its last timed call (on that sample), the others run after the decision. The PyNative
+from its last timed call (on that sample); each warm-up call runs the next sample, so the chosen
+cell's warm-up calls give the next samples' outputs; the others run after the decision. The PyNative
 reference is the unfolded network's check calls in its own stage (one per sample; a first call
 and ``min(runs, 3)`` more here when its record has none). Checked: compiled outputs vs PyTorch.
 """
@@ -50,15 +51,14 @@ class CompileStage(Stage):
         pynative = self._pynative(ctx, spec, inputs[0])
 
         variants = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
-        cells, calls, first, last = {}, {}, {}, {}
+        cells, calls, first, last, warm = {}, {}, {}, {}, {}
         for gk in variants:
             key = "graph_kernel" if gk else "graph"
             self._mode(ms, spec, gk)
             cells[key] = msutil.build_network(src, f"compile_{key}")
             calls[key] = self._call(ms, spec, cells[key], gk, inputs[0], last.setdefault(key, {}))
             first[key] = latency.time_call(calls[key])  # compiles
-            for _ in range(spec.warmup):
-                calls[key]()
+            warm[key] = self._warm_up(ms, spec, cells[key], gk, inputs)
         chosen, times, decision = latency.faster_variant(calls, spec.runs)
         for key in [k for k in cells if k != chosen]:
             del cells[key]
@@ -67,10 +67,12 @@ class CompileStage(Stage):
         timings = {k: latency.summary(first[k], times[k]) for k in times}
         self._mode(ms, spec, chosen == "graph_kernel")
         # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
-        # sample's outputs (the same cell on the same input), not recomputed; the check compares the
-        # same samples as before, and the other samples run here.
-        outputs = [dict(zip(names, last[chosen]["outputs"]))] + msutil.run_cell(cells[chosen], inputs[1:], names)
+        # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
+        # the next samples; the check compares the same samples as before, the rest run here.
+        done = [last[chosen]["outputs"], *warm[chosen]]
+        outputs = [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[chosen], inputs[len(done) :], names)
         last.clear()
+        warm.clear()
         ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
         extra = {
             "source": src.name,
@@ -101,6 +103,20 @@ class CompileStage(Stage):
         del cell
         release_freed()
         return pynative
+
+    def _warm_up(self, ms, spec, cell, graph_kernel: bool, inputs: list) -> list:
+        """``spec.warmup`` calls of a compiled ``cell`` after its first, each on the next sample
+        (the first sample's outputs come from the timed calls), cycling when the samples run out.
+        Returns the outputs of the samples after the first that a warm-up call ran, in order: the
+        check takes them instead of calling the chosen cell on those samples again."""
+        outputs: list = []
+        for i in range(spec.warmup):
+            k = 1 + i % (len(inputs) - 1) if len(inputs) > 1 else 0
+            box: dict = {}
+            self._call(ms, spec, cell, graph_kernel, inputs[k], box)()
+            if k == len(outputs) + 1:
+                outputs.append(box["outputs"])
+        return outputs
 
     @staticmethod
     def _mode(ms, spec, graph_kernel: bool) -> None:
