@@ -37,7 +37,7 @@ test: venv lint
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
-# The CPU-dependent tests on an emulated AVX2-only EPYC (qemu-user; ~15 min): .ci/avx2
+# The CPU-dependent tests on an emulated AVX2-only EPYC (qemu-user; ~25 min): .ci/avx2
 test-avx2: venv
 	.ci/avx2
 
