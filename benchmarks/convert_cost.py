@@ -118,6 +118,10 @@ def run_once(recipe: Path, out: Path, code: Path = REPO) -> dict:
         if ran and rec.get("cpu_seconds") is not None:
             stages[stage]["cpu_s"] = round(rec["cpu_seconds"], 1)
             stages[stage]["record_peak_rss_mb"] = rec["memory"]["peak_rss_mb"]
+            extra = rec.get("extra") or {}
+            if "decision" in extra:  # compile: how many timed rounds, and each variant's first call
+                stages[stage]["decision"] = extra["decision"]
+                stages[stage]["first_call_s"] = {k: v.get("first_call_s") for k, v in extra["variants"].items()}
         start = t
     return {
         "total_s": round(t_end - t0, 1),
