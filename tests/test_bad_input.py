@@ -659,7 +659,7 @@ def test_stage_output_of_the_wrong_shape_fails_the_stage_cleanly(tmp_path, monke
         StageFailed,
         match=(
             r"stage 'rebuild' failed after \['export'\]: its outputs cannot be compared with PyTorch's: output "
-            r"'output': shape \(2, 4\) differs from the reference's \(2, 5\)"
+            r"'output': shape \(1, 4\) differs from the reference's \(1, 5\)"
         ),
     ) as info:
         run_until(path, until="rebuild")

@@ -307,6 +307,36 @@ def test_accumulated_metrics_equal_compare_arrays_on_the_stacked_samples(case):
         assert getattr(got, field) == pytest.approx(getattr(want, field), rel=1e-9, abs=1e-12), field
 
 
+def test_metrics_taken_chunk_by_chunk_are_the_whole_arrays_figures(monkeypatch):
+    """``MetricsAccumulator`` reads its arrays in chunks (so a check holds no float64 copy of a large
+    output): with chunks of 7 values, 100 values give the same figures as whole-array numpy, a NaN
+    and integer mismatches past the first chunk are counted, and the argmax agreement of samples
+    compared one by one is that of the stacked samples."""
+    from torch2ms.compare import MetricsAccumulator, compare_outputs
+
+    monkeypatch.setattr(MetricsAccumulator, "CHUNK", 7)
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((4, 25)).astype(np.float32)
+    act = ref + rng.standard_normal(ref.shape).astype(np.float32) * 1e-2
+    m = compare_arrays("o", act, ref)
+    a, r = act.astype(np.float64), ref.astype(np.float64)
+    assert m.max_abs == np.abs(a - r).max()
+    assert m.rel_error == pytest.approx(np.abs(a - r).max() / np.abs(r).max(), rel=1e-12)
+    assert m.mean_abs == pytest.approx(np.abs(a - r).mean(), rel=1e-12)
+    assert m.cosine == pytest.approx((a.ravel() @ r.ravel()) / np.linalg.norm(a) / np.linalg.norm(r), rel=1e-12)
+    assert m.argmax_agreement == (act.argmax(axis=1) == ref.argmax(axis=1)).mean()
+    nan = act.copy()
+    nan[3, 20] = np.nan  # value 95, in the 14th chunk
+    assert compare_arrays("o", nan, ref).nonfinite == "stage output has 1 NaN"
+    labels = np.arange(100, dtype=np.int64)
+    wrong = labels.copy()
+    wrong[[3, 50, 99]] += 1
+    assert compare_arrays("o", wrong, labels).mismatched == 3
+    samples = [{"o": act[i : i + 2]} for i in (0, 2)], [{"o": ref[i : i + 2]} for i in (0, 2)]
+    per_sample = compare_outputs(*samples)[0]
+    assert per_sample.argmax_agreement == m.argmax_agreement and per_sample.max_abs == m.max_abs
+
+
 def test_a_shape_mismatch_is_a_divergence_not_a_crash():
     acc = _Accumulator("t")
     acc.add(np.zeros((1, 2)), np.zeros((2, 1)))
