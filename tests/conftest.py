@@ -101,6 +101,20 @@ def _pil_unpatched(monkeypatch):
     yield
 
 
+def pytest_sessionstart(session):
+    """The CPU the suite runs on, as the first line of its output even under ``-q`` (a CI log then
+    says which machine it was): the integer tests' oracle and the skips of
+    ``tests/converters/test_exact_oracle.py`` depend on it. Printed once, by the xdist controller."""
+    from torch2ms.runtime.cpu import cpu_flags, cpu_model
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(session.config, "workerinput"):
+        return
+    flags = cpu_flags()
+    isa = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile"))
+    reporter.write_line(f"cpu: {cpu_model()} ({os.cpu_count()} cores; {isa})")
+
+
 # --- tests/converters' coverage check under pytest-xdist: the union of what the workers ran ---
 _WORKERS_RAN: list[dict] = []
 

@@ -71,7 +71,7 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -124,7 +124,7 @@ def _cache_key() -> str:
         ms_version = version("mindspore")
     except Exception:  # no mindspore installed: nothing to calibrate, key still stable
         ms_version = "absent"
-    raw = json.dumps([_cpu_model(), sorted(cpu_flags()), ms_version, CANDIDATES])
+    raw = json.dumps([cpu_model(), sorted(cpu_flags()), ms_version, CANDIDATES])
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -156,7 +156,7 @@ def calibrate(candidates=CANDIDATES, use_cache: bool = True) -> dict:
             pass
     results = {isa: probe(isa) for isa in candidates}
     correct = {isa: r["ms"] for isa, r in results.items() if "ms" in r and r.get("rel_error", 1) < 1e-4}
-    entry = {"best": min(correct, key=correct.get) if correct else None, "results": results, "cpu": _cpu_model()}
+    entry = {"best": min(correct, key=correct.get) if correct else None, "results": results, "cpu": cpu_model()}
     if entry["best"]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
