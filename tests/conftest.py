@@ -104,15 +104,18 @@ def _pil_unpatched(monkeypatch):
 def pytest_sessionstart(session):
     """The CPU the suite runs on, as the first line of its output even under ``-q`` (a CI log then
     says which machine it was): the integer tests' oracle and the skips of
-    ``tests/converters/test_exact_oracle.py`` depend on it. Printed once, by the xdist controller."""
-    from torch2ms.runtime.cpu import cpu_flags, cpu_model
+    ``tests/converters/test_exact_oracle.py`` depend on it. The instruction sets are those the
+    process finds by CPUID (numpy's dispatch), so an emulated CPU (``make test-avx2``) shows its
+    own, where /proc/cpuinfo shows the host's. Printed once, by the xdist controller."""
+    from numpy.core._multiarray_umath import __cpu_features__ as seen
+
+    from torch2ms.runtime.cpu import cpu_model
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or hasattr(session.config, "workerinput"):
         return
-    flags = cpu_flags()
-    isa = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile"))
-    reporter.write_line(f"cpu: {cpu_model()} ({os.cpu_count()} cores; {isa})")
+    isa = ", ".join(f"{f} {'yes' if seen.get(f) else 'no'}" for f in ("AVX2", "AVX512F", "AVX512VNNI"))
+    reporter.write_line(f"cpu: {cpu_model()} in /proc/cpuinfo, {os.cpu_count()} cores; by CPUID: {isa}")
 
 
 # --- tests/converters' coverage check under pytest-xdist: the union of what the workers ran ---
