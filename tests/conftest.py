@@ -107,14 +107,22 @@ def pytest_sessionstart(session):
     ``tests/converters/test_exact_oracle.py`` depend on it. The instruction sets are those the
     process finds by CPUID (numpy's dispatch), so an emulated CPU (``make test-avx2``) shows its
     own, where /proc/cpuinfo shows the host's. Printed once, by the xdist controller."""
-    from numpy.core._multiarray_umath import __cpu_features__ as seen
+    import importlib
 
     from torch2ms.runtime.cpu import cpu_model
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or hasattr(session.config, "workerinput"):
         return
-    isa = ", ".join(f"{f} {'yes' if seen.get(f) else 'no'}" for f in ("AVX2", "AVX512F", "AVX512VNNI"))
+    seen = None
+    for where in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):  # numpy 2, numpy 1
+        try:
+            seen = importlib.import_module(where).__cpu_features__
+            break
+        except (ImportError, AttributeError):
+            continue
+    flags = ("AVX2", "AVX512F", "AVX512VNNI")
+    isa = "unknown" if seen is None else ", ".join(f"{f} {'yes' if seen.get(f) else 'no'}" for f in flags)
     reporter.write_line(f"cpu: {cpu_model()} in /proc/cpuinfo, {os.cpu_count()} cores; by CPUID: {isa}")
 
 
