@@ -109,12 +109,12 @@ class CompileStage(Stage):
         (the first sample's outputs come from the timed calls), cycling when the samples run out.
         Returns the outputs of the samples after the first that a warm-up call ran, in order: the
         check takes them instead of calling the chosen cell on those samples again."""
+        rest = inputs[1:] or inputs
         outputs: list = []
         for i in range(spec.warmup):
-            k = 1 + i % (len(inputs) - 1) if len(inputs) > 1 else 0
             box: dict = {}
-            self._call(ms, spec, cell, graph_kernel, inputs[k], box)()
-            if k == len(outputs) + 1:
+            self._call(ms, spec, cell, graph_kernel, rest[i % len(rest)], box)()
+            if len(inputs) > 1 and i < len(rest):
                 outputs.append(box["outputs"])
         return outputs
 
