@@ -153,8 +153,10 @@ def test_compile_checks_the_samples_its_warm_up_calls_ran_without_running_them_a
             ran.append(len(inputs))
         return real(cell, inputs, *a, **k)
 
+    def on_stage(name, state):
+        stage["now"] = name if state == "running" else None
+
     monkeypatch.setattr(msutil, "run_cell", run_cell)
-    on_stage = lambda name, state: stage.update(now=name if state == "running" else None)  # noqa: E731
     result = Runner(load_recipe(path), log=lambda m: None, on_stage=on_stage).run()
     assert result.passed, [(s.stage, s.reason) for s in result.stages]
     assert ran == [after]
