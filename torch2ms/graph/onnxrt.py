@@ -72,6 +72,8 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.runtime.threads import budget
+
 # Ops whose presence makes onnxruntime's higher optimization levels substitute integer kernels.
 QUANTIZATION_OPS = frozenset(
     {
@@ -90,8 +92,8 @@ QUANTIZATION_OPS = frozenset(
 class Purpose:
     """How a session of this purpose runs (see the module's table). ``optimization``: "all"
     (onnxruntime's default), "basic", "none", or "policy" (``reference_policy`` of the graph's op
-    types); ``threads``: intra-op threads, None for onnxruntime's default, "caller" for the
-    caller's ``threads``."""
+    types); ``threads``: intra-op threads, None for the thread budget (``runtime.threads``) or
+    else onnxruntime's default, "caller" for the caller's ``threads``."""
 
     name: str
     optimization: str
@@ -153,6 +155,8 @@ def session_options(purpose: Purpose, op_types=None, threads: int | None = None)
         opts.inter_op_num_threads = 1
     elif purpose.threads is not None:
         opts.intra_op_num_threads = purpose.threads
+    elif budget() is not None:
+        opts.intra_op_num_threads = budget()
     return opts
 
 

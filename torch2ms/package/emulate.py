@@ -147,16 +147,17 @@ class Fp16Emulator:
 
 def run_samples(sess, names: list[str], samples: list[dict], extra: dict) -> list[dict[str, np.ndarray]]:
     """``sess`` on each sample (plus the ``extra`` feeds), outputs per sample in order. The samples
-    run side by side, one per core: each run is the one-thread run it was (so its bits are), and
-    onnxruntime lets go of the GIL while it runs (the fp16 plan's emulations on 2 samples took
-    twice one sample's wall time)."""
-    import os
+    run side by side, one per core of the thread budget (``runtime.threads``): each run is the
+    one-thread run it was (so its bits are), and onnxruntime lets go of the GIL while it runs (the
+    fp16 plan's emulations on 2 samples took twice one sample's wall time)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from torch2ms.runtime.threads import cores
 
     def one(sample: dict) -> dict[str, np.ndarray]:
         return dict(zip(names, sess.run(names, {**sample, **extra})))
 
-    workers = min(len(samples), len(os.sched_getaffinity(0)))
+    workers = min(len(samples), cores())
     if workers <= 1:
         return [one(s) for s in samples]
     with ThreadPoolExecutor(workers) as pool:

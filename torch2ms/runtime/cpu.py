@@ -55,7 +55,9 @@ class CpuChoice:
     reason: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        from torch2ms.runtime.threads import budget
+
+        return {**asdict(self), "threads": budget()}
 
 
 _choice: CpuChoice | None = None
@@ -197,8 +199,12 @@ def _auto(flags: set[str]) -> CpuChoice:
 
 
 def configure_cpu(isa: str | None = None) -> CpuChoice:
-    """Pick the oneDNN ISA cap for MindSpore; call before mindspore is imported."""
+    """Pick the oneDNN ISA cap for MindSpore, and put the thread budget (``runtime.threads``) in the
+    environment; call before mindspore and torch are imported."""
+    from torch2ms.runtime.threads import configure_environment
+
     global _choice
+    configure_environment()
     if _choice is not None:
         return _choice
     requested = isa or os.environ.get("TORCH2MS_CPU_ISA")

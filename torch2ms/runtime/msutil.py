@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.runtime.cpu import configure_cpu
+from torch2ms.runtime.threads import budget
 
 
 def mindspore():
@@ -24,7 +25,15 @@ def mindspore():
     import mindspore as ms
 
     _count_page_cache_as_available()
+    _cap_runtime_threads(ms)
     return ms
+
+
+def _cap_runtime_threads(ms) -> None:
+    """MindSpore's CPU runtime threads at the thread budget (``runtime.threads``), once."""
+    n = budget()
+    if n is not None and ms.get_context("runtime_num_threads") != n:
+        ms.set_context(runtime_num_threads=n)
 
 
 def available_memory(meminfo: str = "/proc/meminfo") -> int | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch2ms.runtime.threads import share
 from torch2ms.zoo.files import STATUS, read_json
 from torch2ms.zoo.row import ModelRow
 from torch2ms.zoo.spec import ZooModel
@@ -73,6 +74,8 @@ def make_jobs(models: list[ZooModel], opts: ZooOptions, batch: str) -> list[dict
             "timeout": m.timeout or opts.timeout,
             "max_memory_mb": m.max_memory_mb or opts.max_memory_mb,
             "cpu_isa": opts.cpu_isa,
+            # a Ray task holds one CPU; local workers split this machine's cores (runtime.threads)
+            "threads": 1 if opts.executor == "ray" else share(opts.jobs or 1),
             "keep": opts.keep,
             "cwd": os.getcwd(),
             "pythonpath": pythonpath,

@@ -35,6 +35,7 @@ from pathlib import Path
 from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
+from torch2ms.runtime import threads
 from torch2ms.runtime.memory import rss_mb
 from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
@@ -151,8 +152,11 @@ def run_one(job: dict) -> ModelRow:
 
 
 def _worker_env(job: dict) -> dict[str, str]:
-    """The worker's environment: the job's PYTHONPATH entries first, and the launcher's pid."""
+    """The worker's environment: the job's PYTHONPATH entries first, the launcher's pid, and the
+    worker's thread budget (``runtime.threads``)."""
     env = dict(os.environ)
+    if job.get("threads"):
+        env[threads.ENV] = str(job["threads"])
     extra_path = [p for p in job.get("pythonpath", []) if p]
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join(extra_path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
