@@ -11,8 +11,8 @@ torchvision's ``VisionTransformer`` zero-initialises its classifier (``heads.hea
 random weights every output is exactly 0 and every stage "matches" PyTorch whatever the
 conversion did (measured: max relative error 0.0, cosine 1.0). ``vit_b_16`` gives the head a
 seeded normal init (std 0.02, like the rest of the transformer) so that the outputs depend on
-every layer. ``timm_model`` gives every all-zero ``Linear`` weight (a zero-initialised head or residual
-branch) the same seeded init, for the same reason.
+every layer; so does ``vision_transformer``. ``timm_model`` gives every all-zero ``Linear`` weight
+(a zero-initialised head or residual branch) the same seeded init, for the same reason.
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ def vit_b_16(**kwargs):
     import torchvision
 
     return _random_head(torchvision.models.vit_b_16(**kwargs))
+
+
+def vision_transformer(**kwargs):
+    """torchvision's ``VisionTransformer`` class at any size (``image_size``, ``num_layers``,
+    ``hidden_dim`` ...): ViT-B/16's own modules at a size CI can afford."""
+    import torchvision
+
+    return _random_head(torchvision.models.VisionTransformer(**kwargs))
 
 
 def timm_model(name: str, **kwargs):
