@@ -10,8 +10,9 @@ ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
 PYTEST_ARGS ?=
 # Two pytest-xdist workers: the CPU count here, and what fits in memory beside MindSpore (~5 GB peak each).
-# --dist loadfile keeps a file's tests (and its module fixtures) on one worker. The converters' coverage
-# check takes the union of what the workers ran (tests/conftest.py).
+# --dist loadfile keeps a file's tests (and its module fixtures) on one worker, in the order tests/conftest.py
+# gives (long files first; --no-loadscope-reorder keeps it). The converters' coverage check takes the union
+# of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 .PHONY: venv convert lint test test-slow test-avx2 zoo bench clean
@@ -32,7 +33,7 @@ lint: venv
 	$(BIN)/ruff format --check torch2ms tests benchmarks
 
 test: venv lint
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

@@ -29,6 +29,9 @@ from torch2ms.pipeline.workspace import RunDir, signals_held
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import stage_names
 
+# real conversions killed and resumed, ~1 min; started first under pytest-xdist (conftest.py)
+pytestmark = pytest.mark.heavy
+
 # Artifacts whose bytes legitimately differ between two identical runs (see test_determinism):
 # compile.json holds latencies, and MindSpore writes a timestamp into every MindIR.
 NOT_BYTE_STABLE = {("compile", "compile.json"), ("mindir", "network.mindir")}

@@ -21,9 +21,13 @@ from conftest import REPO, TESTS
 
 from torch2ms.cli import main
 from torch2ms.errors import RecipeError
+from torch2ms.runtime.threads import share
 from torch2ms.stages import stage_names
 from torch2ms.zoo import ZooOptions, load_zoo, parse_zoo, run_batch
 from torch2ms.zoo.disk import du_mb
+
+# the CI zoo: ~3 min of 12 models in 2 worker processes; started first under pytest-xdist (conftest.py)
+pytestmark = pytest.mark.heavy
 
 DEFAULTS = {
     "task": "classification",
@@ -124,6 +128,8 @@ def test_two_models_pass_and_the_three_summaries_agree(tiny_zoo):
         assert (out / r["name"] / "report.json").is_file()  # the ordinary run folder
         assert r["category"] is None and r["blockers"] == []
         assert r["disk_mb"] == pytest.approx(du_mb(out / r["name"]), abs=0.1) and r["disk_mb"] > 0
+        # each of the two workers ran on its share of the cores (runtime.threads), and says so
+        assert json.loads((out / r["name"] / "compile" / "stage.json").read_text())["cpu"]["threads"] == share(2)
     assert data["disk_mb"] == pytest.approx(sum(r["disk_mb"] for r in rows.values()), abs=0.2)
     assert data["categories"] == {} and data["blockers"] == []
     assert (
@@ -419,7 +425,9 @@ def test_shipped_zoo_files_are_valid():
     tv = load_zoo(REPO / "recipes" / "zoo" / "torchvision.yaml")
     assert len(tv) == 24 and len({m.name for m in tv}) == 24
     ci = load_zoo(REPO / "recipes" / "zoo" / "ci.yaml")
-    assert len(ci) == 12 and len([m for m in ci if m.name in {t.name for t in tv}]) == 7
+    assert len(ci) == 12 and len([m for m in ci if m.name in {t.name for t in tv}]) == 6
+    # the seventh torchvision family, ViT, at CI's size: torchvision's own class
+    assert {m.recipe.model.factory for m in ci} >= {"torch2ms.zoo.factories:vision_transformer"}
     timm, smp, yolo = (load_zoo(REPO / "recipes" / "zoo" / f"{z}.yaml") for z in ("timm", "smp", "yolo"))
     assert (len(timm), len(smp), len(yolo)) == (84, 23, 8)
     assert {m.recipe.model.kwargs["arch"] for m in smp} == {
