@@ -150,27 +150,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
-def pytest_collection_finish(session):
-    """MindSpore runs a full ``gc.collect()`` before every graph compile, and a test process holds
-    millions of objects that live to its end: torch, MindSpore, onnx and thousands of collected
-    tests. Freezing them once collection ends keeps each collect to what the tests make since
-    (tests/converters/test_reduce.py: 16.2 -> 11.6 s). Garbage the tests make is still collected."""
-    gc.freeze()
+_frozen_at = None  # the file whose first test froze the heap last
 
 
 def pytest_runtest_setup(item):
-    """At each new file, what earlier files left alive (caches, imported generated networks) is
-    frozen too, after one whole collection that frees any cycle among frozen objects: without it,
-    test_tensor.py took 30.8 s at the end of a worker's files against 7.1 s alone."""
+    """MindSpore runs a full ``gc.collect()`` before every graph compile, and a test process holds
+    millions of objects that live to its end: torch, MindSpore, onnx, thousands of collected tests,
+    and what earlier files left alive (caches, imported generated networks). At each new file, after
+    one whole collection (which frees any cycle among objects frozen before), they are frozen, so
+    each collect in the file sees only what its tests make: test_reduce.py alone 16.2 -> 11.6 s;
+    test_tensor.py at the end of a worker's files 30.8 s with one freeze after collection, 4.1 s."""
     global _frozen_at
     if item.path != _frozen_at:
         _frozen_at = item.path
         gc.unfreeze()
         gc.collect()
         gc.freeze()
-
-
-_frozen_at = None
 
 
 # --- tests/converters' coverage check under pytest-xdist: the union of what the workers ran ---
