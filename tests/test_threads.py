@@ -23,6 +23,16 @@ def test_a_bad_budget_names_the_variable(monkeypatch, raw):
         threads.budget()
 
 
+def test_the_cli_refuses_a_bad_budget_before_writing_anything(monkeypatch, tmp_path, capsys):
+    from conftest import run_cli, write_recipe
+
+    monkeypatch.setenv(threads.ENV, "two")
+    out = tmp_path / "runs"
+    assert run_cli("convert", "--recipe", str(write_recipe(tmp_path / "r.yaml")), "--out", str(out)) == 2
+    assert "TORCH2MS_THREADS='two' is not a whole number" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_shares_divide_the_budget_and_never_reach_zero(monkeypatch):
     monkeypatch.setenv(threads.ENV, "5")
     assert [threads.share(p) for p in (1, 2, 3, 5, 8)] == [5, 2, 1, 1, 1]

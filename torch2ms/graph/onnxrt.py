@@ -155,8 +155,8 @@ def session_options(purpose: Purpose, op_types=None, threads: int | None = None)
         opts.inter_op_num_threads = 1
     elif purpose.threads is not None:
         opts.intra_op_num_threads = purpose.threads
-    elif budget() is not None:
-        opts.intra_op_num_threads = budget()
+    elif (cap := budget()) is not None:
+        opts.intra_op_num_threads = cap
     return opts
 
 
