@@ -89,7 +89,7 @@ def test_a_zoo_gives_each_local_worker_its_share_and_a_ray_task_one(monkeypatch,
 
     from torch2ms.zoo import ZooOptions
     from torch2ms.zoo.batch import make_jobs
-    from torch2ms.zoo.launch import _worker_env
+    from torch2ms.zoo.launch import worker_env
 
     model = SimpleNamespace(
         name="m",
@@ -106,6 +106,6 @@ def test_a_zoo_gives_each_local_worker_its_share_and_a_ray_task_one(monkeypatch,
     monkeypatch.setenv(threads.ENV, "4")
     assert [job_threads(jobs=j) for j in (None, 1, 2, 3, 8)] == [4, 4, 2, 1, 1]
     assert job_threads(jobs=2, executor="ray") == 1  # a Ray task holds one CPU
-    assert _worker_env({"threads": 2})[threads.ENV] == "2"
+    assert worker_env({"threads": 2})[threads.ENV] == "2"
     monkeypatch.delenv(threads.ENV)
-    assert threads.ENV not in _worker_env({})
+    assert threads.ENV not in worker_env({})

@@ -1,18 +1,22 @@
 """Where the zoo's workers run: a local pool of ``--jobs`` threads, each waiting on one worker
-process, or Ray tasks (one per model, ``num_cpus=1``, no retries) that each run the same launcher
-on whichever node Ray picks. Either way ``launch.run_one`` makes the row, so the summaries are
-the same. Ray is optional and imported only when asked for.
+process (forked by the batch's fork server, ``zoo.forkserver``), or Ray tasks (one per model,
+``num_cpus=1``, no retries) that each run the same launcher on whichever node Ray picks, with a
+fresh worker process. Either way ``launch.run_one`` makes the row, so the summaries are the same.
+Ray is optional and imported only when asked for.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
 
 from torch2ms.errors import Torch2msError
 from torch2ms.stages import stage_names
-from torch2ms.zoo.launch import kill_all, run_one
+from torch2ms.zoo.forkserver import ForkServer
+from torch2ms.zoo.launch import kill_all, run_one, worker_env
 from torch2ms.zoo.row import ModelRow
 
 OnDone = Callable[[ModelRow], None]
@@ -24,8 +28,9 @@ def failed_row(job: dict, reason: str) -> ModelRow:
 
 
 def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:
+    server = _fork_server(jobs)
     pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="zoo")
-    futures = {pool.submit(run_one, job): job for job in jobs}
+    futures = {pool.submit(run_one, job, server): job for job in jobs}
     try:
         pending = set(futures)
         while pending:
@@ -42,6 +47,22 @@ def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if server is not None:
+            server.close()
+
+
+def _fork_server(jobs: list[dict]) -> ForkServer | None:
+    """The batch's fork server (``zoo.forkserver``), started here in the main thread (it dies with
+    the thread that started it); None for no jobs or when it cannot start (fresh workers then)."""
+    if not jobs:
+        return None
+    out_root = Path(jobs[0]["out_root"])
+    out_root.mkdir(parents=True, exist_ok=True)
+    try:
+        return ForkServer(jobs[0], worker_env(jobs[0]), out_root)
+    except OSError as err:
+        print(f"[zoo] no fork server ({err}): every worker starts as a fresh process", file=sys.stderr)
+        return None
 
 
 def _import_ray():

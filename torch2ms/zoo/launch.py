@@ -1,6 +1,8 @@
 """Run one zoo model in a worker process and turn whatever happened into its summary row.
 
-The worker runs in a session of its own, so a hang past the timeout is ended by killing its
+The worker is forked by the batch's fork server (``torch2ms.zoo.forkserver``: torch and MindSpore
+already imported) or, without one, started fresh. Either way it leads a process group of its own,
+so a hang past the timeout is ended by killing its
 whole process group (SIGTERM, then SIGKILL after a grace period). Peak RSS is sampled from the
 worker process while it runs and also reported by the worker itself (``VmHWM``, torch2ms.runtime.memory); the larger is
 kept, so a worker the kernel's out-of-memory killer took still has a figure. Outcomes:
@@ -41,12 +43,13 @@ from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
+from torch2ms.zoo.forkserver import Forked, ForkServer, ForkServerGone, server_key
 from torch2ms.zoo.row import ModelRow, bound_cell, layout_fields
 
 POLL_S = 0.5
 GRACE_S = 3.0
 
-_live: dict[int, subprocess.Popen] = {}
+_live: dict[int, subprocess.Popen | Forked] = {}
 _live_lock = threading.Lock()
 
 
@@ -58,7 +61,7 @@ def kill_all() -> None:
         _kill_group(p, grace=0)
 
 
-def _kill_group(p: subprocess.Popen, grace: float) -> None:
+def _kill_group(p: subprocess.Popen | Forked, grace: float) -> None:
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         if p.poll() is not None:
             return
@@ -108,8 +111,9 @@ class WorkerExit:
     peak_sampled_mb: float  # the largest RSS sampled while it ran
 
 
-def run_one(job: dict) -> ModelRow:
-    """Run the job in a worker process; return the model's summary row (also written to disk)."""
+def run_one(job: dict, server: ForkServer | None = None) -> ModelRow:
+    """Run the job in a worker process (forked by ``server`` when given and able, else a fresh one);
+    return the model's summary row (also written to disk)."""
     run_dir = Path(job["out_root"]) / job["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / JOB, job)
@@ -118,29 +122,17 @@ def run_one(job: dict) -> ModelRow:
         {"batch": job["batch"], "name": job["name"], "state": "starting", "stage": None, "started": time.time()},
     )
     previous = ModelRow.from_dict(read_json(run_dir / RESULT))
-    env = _worker_env(job)
-    cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
-    cwd = cwd if cwd and os.path.isdir(cwd) else None  # not on another Ray node
     t0 = time.monotonic()
-    with open(run_dir / LOG, "wb") as log:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+    p = _start(job, run_dir, server)
+    with _live_lock:
+        _live[p.pid] = p
+    try:
+        timed_out, over_memory, peak_sampled = _watch(p, job, t0)
+    finally:
+        if p.poll() is None:
+            _kill_group(p, grace=0)
         with _live_lock:
-            _live[p.pid] = p
-        try:
-            timed_out, over_memory, peak_sampled = _watch(p, job, t0)
-        finally:
-            if p.poll() is None:
-                _kill_group(p, grace=0)
-            with _live_lock:
-                _live.pop(p.pid, None)
+            _live.pop(p.pid, None)
     wall = time.monotonic() - t0
     status = read_json(run_dir / STATUS) or {}
     if status.get("batch") != job["batch"]:
@@ -151,7 +143,29 @@ def run_one(job: dict) -> ModelRow:
     return row
 
 
-def _worker_env(job: dict) -> dict[str, str]:
+def _start(job: dict, run_dir: Path, server: ForkServer | None):
+    """The worker process: forked by the batch's server when it serves this job, else started fresh."""
+    env = worker_env(job)
+    if server is not None and server.key == server_key(job):
+        try:
+            return server.start(run_dir / JOB, run_dir / LOG, env)
+        except ForkServerGone as err:
+            print(f"[zoo] {job['name']}: {err}; starting its worker as a fresh process", file=sys.stderr)
+    cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
+    cwd = cwd if cwd and os.path.isdir(cwd) else None  # not on another Ray node
+    with open(run_dir / LOG, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "torch2ms.zoo.worker", str(run_dir / JOB)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def worker_env(job: dict) -> dict[str, str]:
     """The worker's environment: the job's PYTHONPATH entries first, the launcher's pid, and the
     worker's thread budget (``runtime.threads``)."""
     env = dict(os.environ)
@@ -164,7 +178,7 @@ def _worker_env(job: dict) -> dict[str, str]:
     return env
 
 
-def _watch(p: subprocess.Popen, job: dict, t0: float) -> tuple[bool, bool, float]:
+def _watch(p: subprocess.Popen | Forked, job: dict, t0: float) -> tuple[bool, bool, float]:
     """Wait for the worker, sampling its RSS every ``POLL_S``; kill it over the job's memory limit
     or past its timeout. Returns (timed out, over memory, peak sampled RSS in MB)."""
     limit = job.get("max_memory_mb")
