@@ -20,7 +20,7 @@ exported with static shapes has them; it passes as "constant inputs" only if a c
 runs (a graph folded entirely into a constant tests nothing of torch2ms and stays refused).
 
 The cases of a session run in ``TORCH2MS_CONFORMANCE_WORKERS`` (2) worker processes, a fresh one
-every 150 cases, and a wrong or crashed case is re-run alone in a fresh process before it is
+every 600 cases, and a wrong or crashed case is re-run alone in a fresh process before it is
 reported, so no case's MindSpore state reaches the next.
 """
 
