@@ -425,9 +425,13 @@ def test_shipped_zoo_files_are_valid():
     tv = load_zoo(REPO / "recipes" / "zoo" / "torchvision.yaml")
     assert len(tv) == 24 and len({m.name for m in tv}) == 24
     ci = load_zoo(REPO / "recipes" / "zoo" / "ci.yaml")
-    assert len(ci) == 12 and len([m for m in ci if m.name in {t.name for t in tv}]) == 6
-    # the seventh torchvision family, ViT, at CI's size: torchvision's own class
-    assert {m.recipe.model.factory for m in ci} >= {"torch2ms.zoo.factories:vision_transformer"}
+    assert len(ci) == 12 and len([m for m in ci if m.name in {t.name for t in tv}]) == 4
+    # the other three torchvision families (ViT, DenseNet, ConvNeXt) at CI's size: torchvision's own classes
+    assert {m.recipe.model.factory for m in ci} >= {
+        "torch2ms.zoo.factories:vision_transformer",
+        "torchvision.models:DenseNet",
+        "torch2ms.zoo.factories:convnext",
+    }
     timm, smp, yolo = (load_zoo(REPO / "recipes" / "zoo" / f"{z}.yaml") for z in ("timm", "smp", "yolo"))
     assert (len(timm), len(smp), len(yolo)) == (84, 23, 8)
     assert {m.recipe.model.kwargs["arch"] for m in smp} == {
@@ -435,6 +439,25 @@ def test_shipped_zoo_files_are_valid():
         "Segformer", "DPT",
     }  # fmt: skip
     assert all(m.recipe.postprocess.format == "yolo" and m.recipe.inputs[0].shape == (1, 3, 640, 640) for m in yolo)
+
+
+def test_the_small_factories_build_the_full_models_classes():
+    """The CI zoo's ConvNeXt and Mixer factories, at the full models' sizes, build exactly the
+    torchvision and timm models (the same parameter names and shapes)."""
+    import timm
+    import torchvision
+
+    from torch2ms.zoo.factories import convnext, timm_class
+
+    def shapes(model):
+        return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+    assert shapes(convnext()) == shapes(torchvision.models.convnext_tiny())
+    mixer = timm_class("timm.models.mlp_mixer:MlpMixer", patch_size=16, num_blocks=8, embed_dim=512)
+    assert shapes(mixer) == shapes(timm.create_model("mixer_s16_224", pretrained=False))
+    assert not mixer.training and mixer.head.weight.any()  # eval mode, the zero-initialised head re-initialised
+    with pytest.raises(ValueError, match="timm.<module>:<Class>"):
+        timm_class("os:system")
 
 
 def test_text_zoo_has_every_family_the_issue_names():

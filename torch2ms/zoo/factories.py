@@ -40,14 +40,44 @@ def vision_transformer(**kwargs):
     return _random_head(torchvision.models.VisionTransformer(**kwargs))
 
 
+def convnext(channels=(96, 192, 384, 768), depths=(3, 3, 9, 3), **kwargs):
+    """torchvision's ``ConvNeXt`` class with ``channels[i]`` and ``depths[i]`` per stage (default:
+    ConvNeXt-T's); other keywords (``layer_scale``, ``num_classes``) go to the class."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    last = len(channels) - 1
+    settings = [
+        CNBlockConfig(c, channels[i + 1] if i < last else None, d) for i, (c, d) in enumerate(zip(channels, depths))
+    ]
+    return ConvNeXt(settings, **kwargs)
+
+
 def timm_model(name: str, **kwargs):
     """``timm.create_model(name, pretrained=False, **kwargs)`` in eval mode; all-zero Linear weights re-initialised."""
     import timm
+
+    return _no_zero_linears(timm.create_model(name, pretrained=False, **kwargs))
+
+
+def timm_class(cls: str, **kwargs):
+    """A timm model class by ``module:Class`` (e.g. ``timm.models.mlp_mixer:MlpMixer``), built from
+    ``kwargs``: for sizes a registered name fixes (``mixer_s16_224`` sets ``num_blocks`` itself).
+    Eval mode; all-zero Linear weights re-initialised."""
+    import importlib
+
+    module, _, name = cls.partition(":")
+    if not module.startswith("timm.") or not name:
+        raise ValueError(f"timm_class: {cls!r} is not a 'timm.<module>:<Class>' path")
+    return _no_zero_linears(getattr(importlib.import_module(module), name)(**kwargs))
+
+
+def _no_zero_linears(model):
+    """``model`` in eval mode, every all-zero Linear weight given a seeded normal init (std 0.02):
+    a zero-initialised head or residual branch makes every output 0 (see the module docstring)."""
     import torch
 
-    model = timm.create_model(name, pretrained=False, **kwargs)
     with torch.no_grad():
-        for m in model.modules():  # a zero-initialised head makes every output 0 (see the module docstring)
+        for m in model.modules():
             if isinstance(m, torch.nn.Linear) and m.weight.numel() and not m.weight.any():
                 torch.nn.init.normal_(m.weight, std=0.02)
     return model.eval()
