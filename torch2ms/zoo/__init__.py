@@ -2,7 +2,8 @@
 one summary (pass rate, per-stage status, errors, counts, latency, memory, failure reasons).
 
 ``spec`` reads zoo files, ``launch`` runs one model in a worker process and classifies the
-outcome, ``worker`` is that process, ``executors`` runs workers locally or on Ray, ``batch``
+outcome, ``worker`` is that process (forked by ``forkserver``, which imported torch and MindSpore once),
+``executors`` runs workers locally or on Ray, ``batch``
 ties them together and ``summary`` writes the tables.
 """
 
