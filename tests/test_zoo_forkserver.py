@@ -131,3 +131,26 @@ def test_a_server_that_dies_takes_its_running_worker_with_it(zoo_jobs):
             time.sleep(0.1)
     finally:
         server.close()
+
+
+def test_a_worker_forked_after_its_job_stopped_waiting_is_killed(zoo_jobs):
+    """A job that gives up on the server (still importing) goes to a fresh process; the worker the
+    server forks for it later must not run beside that one."""
+    from torch2ms.zoo.forkserver import ForkServerGone
+
+    tmp, jobs = zoo_jobs
+    job = jobs["hangs"]  # never ends by itself
+    run_dir = tmp / "runs" / "hangs"
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / JOB, job)
+    server = _server(job, tmp / "runs")
+    try:
+        with pytest.raises(ForkServerGone, match="did not answer within"):
+            server.start(run_dir / JOB, run_dir / LOG, worker_env(job), wait_s=0.01)  # it is still importing
+        deadline = time.monotonic() + 120
+        while not server._exits:  # the server reports each worker's end
+            assert time.monotonic() < deadline, "the late worker was not killed"
+            time.sleep(0.2)
+        assert list(server._exits.values()) == [-signal.SIGKILL]
+    finally:
+        server.close()

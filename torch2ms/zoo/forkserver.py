@@ -19,7 +19,8 @@ The server dies with the launcher (``PR_SET_PDEATHSIG``), and each child with th
 killed batch leaves no orphans. The launcher talks to it over two pipes, one JSON object a line:
 ``{"id", "job", "log", "env"}`` asks for a worker; ``{"id", "pid"}`` answers; ``{"pid",
 "returncode"}`` says a worker ended (negative: the signal that killed it, as ``subprocess``).
-When the server cannot start or dies, ``launch.run_one`` starts the worker as a fresh process.
+When the server cannot start, dies, or does not answer within the job's timeout, ``launch.run_one``
+starts the worker as a fresh process (and a worker the server forks for that job later is killed).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class ForkServer:
         self._cond = threading.Condition()
         self._pids: dict[int, int] = {}  # request id -> pid
         self._exits: dict[int, int] = {}  # pid -> returncode
+        self._abandoned: set[int] = set()  # request ids that stopped waiting: their worker, if forked, is killed
         self._alive = True
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="zoo-forkserver", daemon=True)
@@ -141,6 +143,8 @@ class ForkServer:
                         msg = json.loads(line)
                         if "returncode" in msg:
                             self._exits[msg["pid"]] = msg["returncode"]
+                        elif msg["id"] in self._abandoned:  # its job went to a fresh process meanwhile
+                            _kill_quietly(msg["pid"])
                         else:
                             self._pids[msg["id"]] = msg["pid"]
                     self._cond.notify_all()
@@ -148,8 +152,9 @@ class ForkServer:
             self._alive = False
             self._cond.notify_all()
 
-    def start(self, job_path: Path, log_path: Path, env: dict[str, str]) -> Forked:
-        """Fork a worker for the job; raises ForkServerGone when the server cannot."""
+    def start(self, job_path: Path, log_path: Path, env: dict[str, str], wait_s: float = START_TIMEOUT_S) -> Forked:
+        """Fork a worker for the job; raises ForkServerGone when the server cannot, or has not
+        answered within ``wait_s`` (a worker it forks later is killed at once: the job is elsewhere)."""
         rid = next(self._ids)
         line = json.dumps({"id": rid, "job": str(job_path), "log": str(log_path), "env": env}) + "\n"
         try:
@@ -158,8 +163,9 @@ class ForkServer:
         except OSError as err:
             raise ForkServerGone(f"the zoo's fork server is gone ({err})") from None
         with self._cond:
-            if not self._cond.wait_for(lambda: rid in self._pids or not self._alive, START_TIMEOUT_S):
-                raise ForkServerGone("the zoo's fork server did not answer")
+            if not self._cond.wait_for(lambda: rid in self._pids or not self._alive, wait_s):
+                self._abandoned.add(rid)
+                raise ForkServerGone(f"the zoo's fork server did not answer within {wait_s:g} s")
             if rid not in self._pids:
                 raise ForkServerGone(f"the zoo's fork server exited with code {self.proc.poll()}")
             return Forked(self, self._pids.pop(rid))
@@ -196,6 +202,16 @@ class ForkServer:
 
 # ---------------------------------------------------------------------------------------------
 # The server's side
+
+
+def _kill_quietly(pid: int) -> None:
+    """SIGKILL the worker's process group (it leads one), or the process if it has not made it yet."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+            return
+        except OSError:
+            continue
 
 
 def _send(fd: int, msg: dict) -> None:
@@ -293,10 +309,7 @@ def serve(req_fd: int, rep_fd: int, cpu_isa: str | None) -> None:
                 children.discard(pid)
                 _send(rep_fd, {"pid": pid, "returncode": _returncode(status)})
     for pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        _kill_quietly(pid)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
-from torch2ms.zoo.forkserver import Forked, ForkServer, ForkServerGone, server_key
+from torch2ms.zoo.forkserver import START_TIMEOUT_S, Forked, ForkServer, ForkServerGone, server_key
 from torch2ms.zoo.row import ModelRow, bound_cell, layout_fields
 
 POLL_S = 0.5
@@ -148,7 +148,7 @@ def _start(job: dict, run_dir: Path, server: ForkServer | None):
     env = worker_env(job)
     if server is not None and server.key == server_key(job):
         try:
-            return server.start(run_dir / JOB, run_dir / LOG, env)
+            return server.start(run_dir / JOB, run_dir / LOG, env, wait_s=min(START_TIMEOUT_S, job["timeout"]))
         except ForkServerGone as err:
             print(f"[zoo] {job['name']}: {err}; starting its worker as a fresh process", file=sys.stderr)
     cwd = job.get("cwd")  # the driver's folder, where factories may be importable from
