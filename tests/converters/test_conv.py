@@ -10,7 +10,7 @@ from converters.helpers import batchnorm, check_model, check_op, check_unsupport
 from onnx import TensorProto, helper, numpy_helper
 
 from torch2ms.converters.registry import analyse
-from torch2ms.passes import FoldBatchNorm, fold_passes, rebuild_passes
+from torch2ms.passes import FoldBatchNorm, FoldConvAffine, fold_passes, rebuild_passes
 
 # (input shape, out channels, attrs): kernels, strides, dilations, groups, pads as in the zoo and past it
 CONV_CASES = {
@@ -380,6 +380,113 @@ def test_conv_bn_folded_without_fusion(bias, tmp_path):
     source, fired = check_model(model, feeds, tmp_path, passes=[FoldBatchNorm()], rel_tol=2e-5, expect_nodes=["Conv"])
     assert fired == {"fold_batchnorm": 1}
     assert "nn.Conv2d(" in source and "BatchNorm" not in source.split('"""', 2)[2]
+
+
+# --- a per-channel constant Mul / Add / Sub after a Conv (a "frozen" BatchNorm written out) ---
+
+
+def conv_affine_model(steps, *, rank: int = 2, bias: bool = True, c: int = 4, also_output: bool = False):
+    """x -> Conv -> each of ``steps`` -> Relu -> y. A step is (op, constant shape, constant first):
+    HF RT-DETR's and torchvision's FrozenBatchNorm2d export as Mul([1, C, 1, 1]) then Add([1, C, 1, 1])."""
+    spatial = (7,) * rank
+    inits = [numpy_helper.from_array(rand(c, 3, *(3,) * rank, seed=5, low=-0.5, high=0.5), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(c, seed=6), "b"))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["t0"], name="/conv/Conv")]
+    for i, (op, shape, first) in enumerate(steps):
+        inits.append(numpy_helper.from_array(rand(*shape, seed=10 + i, low=0.5, high=1.5), f"k{i}"))
+        args = [f"k{i}", f"t{i}"] if first else [f"t{i}", f"k{i}"]
+        nodes.append(helper.make_node(op, args, [f"t{i + 1}"], name=f"/bn/{op}_{i}"))
+    nodes.append(helper.make_node("Relu", [f"t{len(steps)}"], ["y"], name="/act/Relu"))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if also_output:
+        outputs.append(helper.make_tensor_value_info("t0", TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *spatial])], outputs, inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, {"x": rand(1, 3, *spatial)}
+
+
+AFFINE_CASES = {
+    "frozen_bn": ([("Mul", (1, 4, 1, 1), False), ("Add", (1, 4, 1, 1), False)], {}),
+    "frozen_bn_no_conv_bias": ([("Mul", (1, 4, 1, 1), False), ("Add", (1, 4, 1, 1), False)], {"bias": False}),
+    "chw_constant_first_then_sub": ([("Mul", (4, 1, 1), True), ("Sub", (1, 4, 1, 1), False)], {}),
+    "one_value_for_every_channel": ([("Add", (1, 1, 1, 1), True), ("Mul", (1,), False)], {}),
+    # no Conv1dBnAct: the 1-D conv stays a Conv, its Relu apart
+    "conv1d": ([("Mul", (1, 4, 1), False), ("Add", (4, 1), False)], {"rank": 1}, ["Conv", "Relu"]),
+}
+
+
+@pytest.mark.parametrize("name", list(AFFINE_CASES))
+def test_per_channel_affine_after_a_conv_folds_into_it(name, tmp_path):
+    """The fold stage's passes take the Mul / Add / Sub into the conv's weights and bias (in float64),
+    leaving one fused conv; the rebuild keeps them, as PyTorch wrote them. Both match onnxruntime.
+    (MindSpore's CPU Mul / Add keep 16 bytes per output element for a broadcast operand in
+    GRAPH_MODE: RT-DETR's 110 such nodes held 3 GB.)"""
+    steps, kw, *nodes = AFFINE_CASES[name]
+    model, feeds = conv_affine_model(steps, **kw)
+    expect = nodes[0] if nodes else ["ConvBnAct"]
+    source, fired = check_model(model, feeds, tmp_path / "fold", passes=fold_passes(), expect_nodes=expect)
+    assert fired["fold_conv_affine"] == len(steps)
+    _, fired = check_model(model, feeds, tmp_path / "rebuild", passes=rebuild_passes())
+    assert "fold_conv_affine" not in fired
+
+
+@pytest.mark.parametrize(
+    "steps, kw, reason",
+    [
+        ([("Sub", (1, 4, 1, 1), True)], {}, "constant minus the conv"),
+        ([("Mul", (1, 1, 1, 5), False)], {}, "is not per output channel"),
+        ([("Add", (2, 4, 1, 1), False)], {}, "is not per output channel"),
+        ([("Div", (1, 4, 1, 1), False)], {}, None),
+        ([("Mul", (1, 4, 1, 1), False)], {"also_output": True}, None),
+    ],
+    ids=["const_minus_conv", "per_column", "batch_of_constants", "div", "conv_output_also_read"],
+)
+def test_what_is_not_per_channel_after_a_conv_stays(steps, kw, reason, tmp_path):
+    """Not folded: ``c - x``, a constant that broadcasts along another axis (or widens the batch),
+    ``Div``, and a conv whose output is read elsewhere too. The network still matches onnxruntime."""
+    model, feeds = conv_affine_model(steps, **kw)
+    graph, fired = load(model, feeds, fold_passes())
+    assert fired["fold_conv_affine"] == 0
+    assert steps[0][0] in [n.op_type for n in graph.nodes]
+    if reason:
+        affine = FoldConvAffine()
+        assert affine.apply(load(model, feeds)[0]) == 0
+        assert [r for _, r in affine.skipped] == [reason] or reason in affine.skipped[0][1], affine.skipped
+    check_model(model, feeds, tmp_path, passes=fold_passes())
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_torchvisions_frozen_batchnorm_folds_and_matches_pytorch(dynamo, tmp_path):
+    """torchvision's FrozenBatchNorm2d (detection backbones) exports as Conv -> Mul -> Add with either
+    exporter; folded, the conv + ReLU is one nn.Conv2dBnAct that matches PyTorch's own output."""
+    import io
+
+    import torch
+    from converters.helpers import assert_close, convert_and_run
+    from torchvision.ops import FrozenBatchNorm2d
+
+    torch.manual_seed(0)
+    bn = FrozenBatchNorm2d(8)
+    for name in ("weight", "bias", "running_mean"):
+        getattr(bn, name).uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), bn, torch.nn.ReLU()).eval()
+    feed = rand(1, 3, 12, 12, seed=7)
+    buf = io.BytesIO()
+    torch.onnx.export(module, (torch.from_numpy(feed),), buf, dynamo=dynamo, opset_version=18, input_names=["x"])
+    model = onnx.load_from_string(buf.getvalue())
+    assert [n.op_type for n in model.graph.node] == ["Conv", "Mul", "Add", "Relu"]
+    graph, fired = load(model, {"x": feed}, fold_passes())
+    assert fired["fold_conv_affine"] == 2 and [n.op_type for n in graph.nodes] == ["ConvBnAct"]
+    with torch.no_grad():
+        expected = module(torch.from_numpy(feed)).numpy()
+    results, _ = convert_and_run(graph, {"x": feed}, tmp_path / "net")
+    for mode, (actual,) in results.items():
+        assert_close(actual, expected, 2e-6, f"{mode} mode")
 
 
 # --- ConvInteger (float32, exact within the checked bound) ---

@@ -25,6 +25,7 @@ from torch2ms.passes.ascend import (
 from torch2ms.passes.base import Pass, run_passes
 from torch2ms.passes.coverage import fusion_counts
 from torch2ms.passes.eliminate import EliminateIdentity
+from torch2ms.passes.fold_affine import FoldConvAffine
 from torch2ms.passes.fold_bn import FoldBatchNorm, fold_bn_weights
 from torch2ms.passes.fuse_conv_bn_act import FuseConvBnAct
 from torch2ms.passes.fuse_dense import FuseDenseBnAct
@@ -32,15 +33,21 @@ from torch2ms.passes.matmul_linear import MatMulToLinear
 from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, FuseRMSNorm, norm_passes
 
 
-def rebuild_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
-    """Clean-up, formulas to single nodes, then (``fuse_conv_bn_act``) the Conv and Dense fusions."""
+def rebuild_passes(fuse_conv_bn_act: bool = True, *, fold: bool = False) -> list[Pass]:
+    """Clean-up, formulas to single nodes, then (``fuse_conv_bn_act``) the Conv and Dense fusions.
+
+    With ``fold``, a constant per-channel ``Mul`` / ``Add`` / ``Sub`` after a Conv goes into its
+    weights once the formulas are single nodes (a written-out HardSigmoid's ``x * a + b`` stays one)
+    and before the fusions (so that they see ``Conv -> activation``), and BatchNorm folds last."""
     formulas = activation_passes()
     fusions = [FuseConvBnAct(formulas), FuseDenseBnAct(formulas)] if fuse_conv_bn_act else []
-    return [EliminateIdentity(), MatMulToLinear(), *formulas, *norm_passes(), *fusions]
+    affine = [FoldConvAffine()] if fold else []
+    folds = [FoldBatchNorm()] if fold else []
+    return [EliminateIdentity(), MatMulToLinear(), *formulas, *norm_passes(), *affine, *fusions, *folds]
 
 
 def fold_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
-    return rebuild_passes(fuse_conv_bn_act) + [FoldBatchNorm()]
+    return rebuild_passes(fuse_conv_bn_act, fold=True)
 
 
 __all__ = [
@@ -60,6 +67,7 @@ __all__ = [
     "FuseDenseBnAct",
     "MatMulToLinear",
     "FoldBatchNorm",
+    "FoldConvAffine",
     "fold_bn_weights",
     "fusion_counts",
     "activation_passes",

@@ -5,7 +5,9 @@ ops the 310 would run on AI CPU become AI Core equivalents, checked against PyTo
 
 The same generation as rebuild from ``export/model.onnx``, plus the ``FoldBatchNorm`` pass (formula in
 ``torch2ms.passes.fold_bn``): fused blocks become ``nn.Conv2dBnAct(has_bn=False,
-has_bias=True)``. Checked: the folded Cell in PyNative mode vs PyTorch. Reports how many
+has_bias=True)``; and ``FoldConvAffine``: a constant per-channel ``Mul`` / ``Add`` / ``Sub`` right after
+a conv (a frozen BatchNorm written out) goes into its weights and bias too.
+Checked: the folded Cell in PyNative mode vs PyTorch. Reports how many
 BatchNorms were folded and how many are left (only those with no conv before them).
 """
 
@@ -53,7 +55,9 @@ class FoldStage(Stage):
 
     def notes(self, record: dict) -> str:
         c = record.get("counts", {})
-        return f"{c.get('batchnorm_folded')} BatchNorm folded, {c.get('batchnorm_left')} left"
+        affine = c.get("affine_folded")
+        also = f", {affine} per-channel Mul/Add/Sub folded into convs" if affine else ""
+        return f"{c.get('batchnorm_folded')} BatchNorm folded, {c.get('batchnorm_left')} left{also}"
 
     def run(self, ctx, out: Path) -> StageOutput:
         passes = fold_passes(ctx.recipe.rebuild.fuse_conv_bn_act)
@@ -63,4 +67,5 @@ class FoldStage(Stage):
         result.counts.update(ascend_counts(ctx, ctx.recipe.rebuild.fuse_conv_bn_act, ctx.recipe.fold.ascend_rewrites))
         result.counts["batchnorm_folded"] = result.counts["passes"].get("fold_batchnorm", 0)
         result.counts["batchnorm_left"] = result.counts["batchnorm_layers"]
+        result.counts["affine_folded"] = result.counts["passes"].get("fold_conv_affine", 0)
         return result
