@@ -58,11 +58,18 @@ def release_freed() -> None:
     """Hand memory that Python objects and native libraries have freed back to the system: a
     garbage collection, then glibc's ``malloc_trim`` (freed blocks below glibc's mmap threshold,
     e.g. onnxruntime's and MindSpore's buffers, otherwise stay in the heap and count as RSS)."""
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's ``malloc_trim`` alone (``release_freed`` without its garbage collection, which costs
+    ~0.2 s once torch and MindSpore are imported): after a native library freed large buffers."""
+    import ctypes
+    import ctypes.util
+
     try:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
