@@ -393,3 +393,45 @@ def test_references_kept_on_disk_give_the_same_report(good_run, monkeypatch):
     on_disk = report()
     assert len(made) == len(samples) and not any(Path(d.name).exists() for d in made)
     assert on_disk == in_memory and all(local is not None for _, _, local in on_disk)
+
+
+def test_references_computed_a_segment_at_a_time_give_the_same_verdicts(good_run, monkeypatch):
+    """Past ``_References.SEGMENT`` bytes of compared tensors, onnxruntime computes them a segment of the
+    graph at a time, each segment fed the values earlier ones computed. A cut after every node with a
+    compared output: the same tensors, each statement's local error still measured and within the bound,
+    and the errors those of one run up to rounding (a cut can stop one of onnxruntime's fusions)."""
+    from torch2ms.pipeline import divergence
+    from torch2ms.pipeline.workspace import load_npz, split_reference
+
+    _, root = good_run
+    samples, _ = split_reference(load_npz(root / "export" / "reference.npz"))
+
+    def report():
+        return divergence.localize(root / "export" / "model.onnx", root / "fold", samples, Tolerance(), "fold")
+
+    whole = report()
+    segments = []
+    real = divergence._segment_model
+    monkeypatch.setattr(divergence._References, "SEGMENT", 1)
+    monkeypatch.setattr(divergence, "_segment_model", lambda *a: segments.append(a[1]) or real(*a))
+    cut = report()
+    assert len(segments) >= len(whole.tensors) * len(samples) // 2 and all(len(s) < 20 for s in segments)
+    assert [t.tensor for t in cut.tensors] == [t.tensor for t in whole.tensors]
+    assert cut.first is None and whole.first is None
+    for a, b in zip(cut.tensors, whole.tensors):
+        assert a.local is not None and a.ok, a
+        assert a.metrics.rel_error == pytest.approx(b.metrics.rel_error, rel=1e-3, abs=1e-6), a.tensor
+
+
+def test_a_wrong_add_is_localized_with_the_references_in_segments(tmp_path, monkeypatch):
+    """The segments' values are onnxruntime's, so a wrong statement is still the first diverging one."""
+    from torch2ms.pipeline import divergence
+
+    monkeypatch.setattr(divergence._References, "SEGMENT", 1)
+    inject(monkeypatch, "Add", wrong_add)
+    result = Runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=lambda m: None).run(until="rebuild")
+    assert {s.stage: s.status for s in result.stages}["rebuild"] == "failed"
+    network = result.root / "rebuild" / "network.py"
+    assert_localized(
+        json.loads((result.root / "rebuild" / "diff.json").read_text()), "/Add", line_of(network, "add = ")
+    )

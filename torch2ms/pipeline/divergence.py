@@ -656,7 +656,8 @@ class _References(dict):
 
 def _segments(model, nodes, wanted: set[str], budget: int) -> list[int]:
     """Node indices cutting ``nodes`` into segments whose ``wanted`` outputs of a size ONNX shape
-    inference knows (static shapes) add up to about ``budget`` bytes each: [0, ..., len(nodes)]."""
+    inference knows (static shapes) add up to about ``budget`` bytes each: [0, ..., len(nodes)].
+    Never where a sequence or optional value made before the cut is read after it."""
     from onnx import helper, shape_inference
 
     from torch2ms.graph.load import _without_large_initializers
@@ -665,17 +666,22 @@ def _segments(model, nodes, wanted: set[str], budget: int) -> list[int]:
         inferred = shape_inference.infer_shapes(_without_large_initializers(model), data_prop=True)
     except Exception:  # noqa: BLE001 - no sizes: one segment, as onnxruntime runs the whole graph
         return [0, len(nodes)]
-    size = {}
+    size, not_tensors = {}, set()
     for vi in inferred.graph.value_info:
+        if not vi.type.HasField("tensor_type"):
+            not_tensors.add(vi.name)  # a sequence or optional: no numpy feed can carry it to a segment
+            continue
         tt = vi.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
         if vi.name in wanted and tt.HasField("shape") and min(dims, default=0) >= 0:
             size[vi.name] = int(np.prod(dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
     del inferred
-    cuts, held = [0], 0
+    last_read = {x: i for i, n in enumerate(nodes) for x in _node_reads(n)}
+    cuts, held, open_not_tensors = [0], 0, set()
     for i, n in enumerate(nodes):
         held += sum(size.get(o, 0) for o in n.output)
-        if held >= budget and i + 1 < len(nodes):
+        open_not_tensors = {x for x in open_not_tensors | (set(n.output) & not_tensors) if last_read.get(x, -1) > i}
+        if held >= budget and i + 1 < len(nodes) and not open_not_tensors:
             cuts.append(i + 1)
             held = 0
     return cuts + [len(nodes)]
