@@ -529,6 +529,7 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     """Per compared tensor: the generated code's error against onnxruntime (run as it is), and each
     statement's local error (replayed on onnxruntime's inputs), accumulated over ``samples``."""
     from torch2ms.runtime import msutil
+    from torch2ms.runtime.memory import release_freed
 
     names = list(dict.fromkeys(e["tensor"] for e in compared))
     variables = list(dict.fromkeys(e["var"] for e in compared))
@@ -538,25 +539,25 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
     local_acc = {e["tensor"]: _Accumulator(e["tensor"]) for e in compared}
     run, replay = _Stream(ms, compared, acc, replay=False), _Stream(ms, compared, local_acc, replay=True)
-    networks = None  # built after the first sample's onnxruntime values: the two are not held at once
+    modules = any("module" in e for e in compared)
+
+    def probe(stream: _Stream):
+        if modules:
+            return load_class_probe(stage_dir, stage, _CellHook(stream))
+        return load_probe(stage_dir, variables, stage, stream)
+
     try:
         for sample in samples:
             with _References(model, names, sample) as reference:
-                if networks is None:
-                    if any("module" in e for e in compared):
-                        networks = (
-                            load_class_probe(stage_dir, stage, _CellHook(run)),
-                            load_class_probe(stage_dir, stage, _CellHook(replay)),
-                        )
-                    else:
-                        networks = (
-                            load_probe(stage_dir, variables, stage, run),
-                            load_probe(stage_dir, variables, stage, replay),
-                        )
-                for stream, network in zip((run, replay), networks):
+                # one probe network at a time, built once onnxruntime's values are there: RT-DETR's
+                # two held 0.66 GB beside each other (a second sample builds them again, ~1 s each)
+                for stream in (run, replay):
+                    network = probe(stream)
                     stream.start(reference)
                     network(*[ms.Tensor(v) for v in sample.values()])
                     stream.finish()
+                    del network
+                    release_freed()
     finally:
         ms.set_context(mode=mode)
     return acc, local_acc
