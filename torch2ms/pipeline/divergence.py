@@ -571,13 +571,14 @@ class _References(dict):
     RT-DETR at 640² has 2.5 GB of them: one run returning them all held them at once (+2.2 GB, the
     rebuild and fold stages' peak), and the heap kept most of it after they went to disk. So each
     segment (consecutive nodes whose compared outputs make about ``SEGMENT`` bytes, by ONNX shape
-    inference; one segment for all when it knows no size) runs as a model of its own, whose inputs
-    are the values earlier segments computed (kept, on disk past ``IN_MEMORY``, while a later node
-    reads them) and whose outputs are its compared tensors and those later nodes read. Each
-    statement's inputs and output are still onnxruntime's, one computed from the other (a cut may
-    stop a fusion across it: RT-DETR's values move by up to 5.6e-7 relative, a rounding). The
-    sessions are the export's check's configuration (``graph.onnxrt.REFERENCE``, its policy taken
-    from the whole graph's op types)."""
+    inference) runs as a model of its own, whose inputs are the values earlier segments computed
+    (kept, on disk past ``IN_MEMORY``, while a later node reads them) and whose outputs are its
+    compared tensors and those later nodes read. Each statement's inputs and output are still
+    onnxruntime's, one computed from the other (a cut may stop a fusion across it: RT-DETR's values
+    move by up to 5.6e-7 relative, a rounding). The sessions are the export's check's configuration
+    (``graph.onnxrt.REFERENCE``, its policy taken from the whole graph's op types). One segment (the
+    sizes fit, or shape inference knows none) is ``model`` itself with its outputs swapped, as before
+    segments: no copy of its weights."""
 
     IN_MEMORY = 256 * 2**20
     SEGMENT = 256 * 2**20
@@ -592,25 +593,28 @@ class _References(dict):
 
     def _compute(self, model, wanted: set[str], sample) -> None:
         from torch2ms.graph import onnxrt
+        from torch2ms.graph.load import session_with_outputs
         from torch2ms.runtime.memory import trim_heap
 
         nodes = list(model.graph.node)
         op_types = {n.op_type for n in nodes}
         reads = [_node_reads(n) for n in nodes]
-        last_read: dict[str, int] = {}
-        for i, r in enumerate(reads):
-            for name in r:
-                last_read[name] = i
+        last_read = {name: i for i, r in enumerate(reads) for name in r}
         initializers = {t.name: t for t in model.graph.initializer}
-        cuts = _segments(model, nodes, wanted, self.SEGMENT)
+        cuts = _segments(model, nodes, last_read, wanted, self.SEGMENT)
         for lo, hi in zip(cuts, cuts[1:]):
             produced = [o for n in nodes[lo:hi] for o in n.output if o]
             outputs = [o for o in dict.fromkeys(produced) if o in wanted or last_read.get(o, -1) >= hi]
-            inner = set(produced)
-            feeds = {x for r in reads[lo:hi] for x in r if x not in inner and x in self.carried}
-            sub = _segment_model(model, nodes[lo:hi], sorted(feeds), outputs, initializers, self.carried)
-            sess = onnxrt.session(sub, onnxrt.REFERENCE, op_types)
-            del sub
+            if len(cuts) == 2:  # one segment: the model itself, its weights not copied into another
+                sess, feeds = session_with_outputs(model, outputs, purpose=onnxrt.REFERENCE), set(sample)
+            else:
+                inner = set(produced)
+                feeds = {x for r in reads[lo:hi] for x in r if x not in inner and x in self.carried}
+                sub = _segment_model(
+                    model, nodes[lo:hi], reads[lo:hi], sorted(feeds), outputs, initializers, self.carried
+                )
+                sess = onnxrt.session(sub, onnxrt.REFERENCE, op_types)
+                del sub
             values = sess.run(outputs, {x: self._value(self.carried[x]) for x in feeds})
             del sess
             for name, value in zip(outputs, values):
@@ -655,7 +659,7 @@ class _References(dict):
             self.folder.cleanup()
 
 
-def _segments(model, nodes, wanted: set[str], budget: int) -> list[int]:
+def _segments(model, nodes, last_read: dict[str, int], wanted: set[str], budget: int) -> list[int]:
     """Node indices cutting ``nodes`` into segments whose ``wanted`` outputs of a size ONNX shape
     inference knows (static shapes) add up to about ``budget`` bytes each: [0, ..., len(nodes)].
     Never where a sequence or optional value made before the cut is read after it."""
@@ -677,7 +681,6 @@ def _segments(model, nodes, wanted: set[str], budget: int) -> list[int]:
         if vi.name in wanted and tt.HasField("shape") and min(dims, default=0) >= 0:
             size[vi.name] = int(np.prod(dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
     del inferred
-    last_read = {x: i for i, n in enumerate(nodes) for x in _node_reads(n)}
     cuts, held, open_not_tensors = [0], 0, set()
     for i, n in enumerate(nodes):
         held += sum(size.get(o, 0) for o in n.output)
@@ -702,9 +705,10 @@ def _node_reads(node) -> set[str]:
     return out
 
 
-def _segment_model(model, nodes, feeds: list[str], outputs: list[str], initializers: dict, values: dict):
-    """A model of ``nodes`` alone: ``feeds`` as its inputs (their types from ``values``), the
-    initializers they read, ``outputs`` as its outputs; the rest (opset, functions) as ``model``."""
+def _segment_model(model, nodes, reads, feeds: list[str], outputs: list[str], initializers: dict, values: dict):
+    """A model of ``nodes`` alone (``reads``: what each reads, ``_node_reads``): ``feeds`` as its
+    inputs (their types from ``values``), the initializers they read, ``outputs`` as its outputs;
+    the rest (opset, functions) as ``model``."""
     import onnx
     from onnx import helper
 
@@ -715,7 +719,7 @@ def _segment_model(model, nodes, feeds: list[str], outputs: list[str], initializ
     g = sub.graph
     g.name = model.graph.name
     g.node.extend(nodes)
-    read = set().union(*(_node_reads(n) for n in nodes)) if nodes else set()
+    read = set().union(*reads) if reads else set()
     g.initializer.extend(initializers[x] for x in sorted(read) if x in initializers and x not in feeds)
     for x in feeds:
         v = values[x]
