@@ -266,10 +266,6 @@ def _child(req: dict, fds: tuple[int, int], initial_path: list[str]) -> None:
         os._exit(code if isinstance(code, int) else 1)
 
 
-def _returncode(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
 def serve(req_fd: int, rep_fd: int, cpu_isa: str | None) -> None:
     from torch2ms.runtime.cpu import configure_cpu
     from torch2ms.zoo.worker import _die_with_parent
@@ -307,7 +303,7 @@ def serve(req_fd: int, rep_fd: int, cpu_isa: str | None) -> None:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 children.discard(pid)
-                _send(rep_fd, {"pid": pid, "returncode": _returncode(status)})
+                _send(rep_fd, {"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
     for pid in children:
         _kill_quietly(pid)
 
