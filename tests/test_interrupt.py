@@ -55,6 +55,8 @@ def foreground() -> None:
 
 
 def start(cwd: Path, out: Path) -> subprocess.Popen:
+    """The run in a process group of its own, as a terminal starts it: the export stage runs in a
+    child process (``pipeline.own_process``), and a Ctrl-C, a stop or a kill reaches both."""
     return subprocess.Popen(
         convert_cmd(out),
         cwd=cwd,
@@ -63,6 +65,7 @@ def start(cwd: Path, out: Path) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=foreground,  # noqa: PLW1509 - two signal calls, no locks
+        process_group=0,
     )
 
 
@@ -95,13 +98,26 @@ def stable_view(rec: dict) -> dict:
     }
 
 
-def wait_stopped(pid: int, timeout: float = 5.0) -> None:
+def _stat(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()  # state, ppid, pgrp, ...
+
+
+def wait_stopped(pgid: int, timeout: float = 5.0) -> None:
+    """Until every process of the group ``pgid`` (the run and its stage's own process) is stopped."""
     end = time.time() + timeout
     while time.time() < end:
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "T":
+        states = []
+        for d in os.listdir("/proc"):
+            try:
+                fields = _stat(d) if d.isdigit() else None
+            except OSError:  # it ended meanwhile
+                continue
+            if fields and int(fields[2]) == pgid:
+                states.append(fields[0])
+        if states and all(st in "TZ" for st in states):
             return
         time.sleep(0.001)
-    raise AssertionError(f"pid {pid} did not stop")
+    raise AssertionError(f"process group {pgid} did not stop")
 
 
 def catch_inside(p: subprocess.Popen, root: Path, stage: str, timeout: float = 300) -> bool:
@@ -113,17 +129,17 @@ def catch_inside(p: subprocess.Popen, root: Path, stage: str, timeout: float = 3
     end = time.time() + timeout
     while time.time() < end:
         if partial.is_dir():
-            os.kill(p.pid, signal.SIGSTOP)
+            os.killpg(p.pid, signal.SIGSTOP)
             wait_stopped(p.pid)
             if partial.is_dir() and not (root / stage).exists():
                 return True
-            os.kill(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
             return False
         if p.poll() is not None:
             return False
         time.sleep(0.002)
-    os.kill(p.pid, signal.SIGKILL)
+    os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
     raise AssertionError(f"stage {stage} never started within {timeout} s")
 
@@ -142,7 +158,7 @@ def uninterrupted(workdir):
     first = start(workdir, out)
     root = out / "tiny"
     assert catch_inside(first, root, "export"), "the first run ended before its export stage"
-    os.kill(first.pid, signal.SIGCONT)  # it was frozen by catch_inside; let it go on
+    os.killpg(first.pid, signal.SIGCONT)  # it was frozen by catch_inside; let it go on
     second = convert(workdir, out)
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr
@@ -171,7 +187,7 @@ def kill_and_resume(workdir: Path, uninterrupted: dict, stage: str, attempts: in
             break
     else:
         pytest.fail(f"could not catch stage {stage} in {attempts} attempts")
-    os.kill(p.pid, signal.SIGKILL)
+    os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
     assert p.returncode == -signal.SIGKILL
 
@@ -213,8 +229,8 @@ def test_ctrl_c_exits_130_says_where_and_how_to_resume(workdir, stage):
     root = out / "tiny"
     p = start(workdir, out)
     assert catch_inside(p, root, stage)
-    os.kill(p.pid, signal.SIGINT)
-    os.kill(p.pid, signal.SIGCONT)
+    os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the run
+    os.killpg(p.pid, signal.SIGCONT)
     _, stderr = p.communicate(timeout=300)
     assert p.returncode == EXIT_INTERRUPTED, stderr
     msg = flat(stderr)

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"[bold red]error:[/bold red] {err}", highlight=False)
         if state["debug"]:
             console.print_exception()
+            if getattr(err, "child_traceback", None):  # raised in a stage's own process
+                console.print(err.child_traceback, highlight=False, markup=False)
         sys.exit(err.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

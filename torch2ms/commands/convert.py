@@ -16,6 +16,9 @@ def convert(
     out: Path | None = typer.Option(None, "--out", "-o", help="output root (default: the recipe's `output`, runs/)"),
     from_stage: str | None = typer.Option(None, "--from", help="re-run from this stage on (see the list above)"),
     force: bool = typer.Option(False, "--force", help="re-run every stage"),
+    one_process: bool = typer.Option(
+        False, "--one-process", help="run the export stage in this process too (for a debugger or a profiler)"
+    ),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run every stage of a recipe in order, skipping what is up to date; exit 0 only if all pass.
@@ -27,7 +30,8 @@ def convert(
 
     r = load_recipe(recipe)
     setup_cpu(cpu_isa)
-    runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
+    # the export stage in a process of its own: torch does not stay resident through the later stages
+    runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=not one_process)
     status = console.status("starting", spinner="dots")
     current = {}
 

@@ -56,6 +56,7 @@ def package(
         runs,
         log=lambda m: console.print(f"[yellow]{m}[/yellow]"),
         on_stage=lambda s, st: console.print(f"  {s:<8} {st}") if st != "running" else None,
+        own_processes=True,  # as `convert`: the export stage's torch does not stay for the rest
     )
     result = runner.run()
     raise_for(result)

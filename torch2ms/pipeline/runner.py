@@ -101,8 +101,11 @@ class Runner:
         log: Callable[[str], None] = print,
         on_stage: Callable[[str, str], None] | None = None,
         stages: list[Stage] | None = None,
+        own_processes: bool = False,
     ):
         self.recipe = recipe
+        # stages that declare ``own_process`` run in a process of their own (``pipeline.own_process``)
+        self.own_processes = own_processes
         root = Path(out_root or recipe.output)
         self.run_dir = RunDir(root / recipe.name)
         self.ctx = RunContext(recipe, self.run_dir, log=log)
@@ -214,7 +217,15 @@ class Runner:
         """Run, check and commit ``stage``; on any error or interrupt before the commit (in its ``run``,
         its check or its replay), its partial folder goes. The folder is made inside the ``try``: a
         Ctrl-C that lands as ``fresh_partial`` returns (Python raises it there, right after the
-        ``mkdir``) left it behind."""
+        ``mkdir``) left it behind. A stage that declares ``own_process`` does all this in a process of
+        its own when the runner was asked for it."""
+        if self.own_processes and stage.own_process:
+            from torch2ms.pipeline.own_process import run_in_child
+
+            return run_in_child(self, stage, fp, fp_payload, done, floors)
+        return self._execute_here(stage, fp, fp_payload, done, floors)
+
+    def _execute_here(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
         try:
             out = self.run_dir.fresh_partial(stage.name)
             return self._checked(stage, out, fp, fp_payload, done, floors)

@@ -9,6 +9,7 @@ A stage declares:
   its folder. Which stage a read artifact comes from is derived: the last enabled earlier stage
   that writes it (network.py comes from fold, or from rebuild when folding is off);
 - ``localize``: a failed check runs ``torch2ms.pipeline.divergence`` on its ``network.py``;
+- ``own_process``: it runs in a fresh process (``torch2ms.pipeline.own_process``);
 - ``notes(record)``: the report's notes column for a passed run.
 
 ``run(ctx, out)`` writes its artifacts into ``out`` and returns a ``StageOutput``: the stage's
@@ -53,6 +54,9 @@ class Stage:
     #: its check compares onnxruntime with PyTorch: the network's float32 noise floor, which later
     #: stages' tolerance may widen to (``check.noise_factor``)
     noise_floor: bool = False
+    #: it runs in a process of its own when the runner is asked to (``pipeline.own_process``): what it
+    #: imports and allocates (torch, for the export) does not stay resident through the later stages
+    own_process: bool = False
 
     def enabled(self, recipe: Recipe) -> bool:
         return True

@@ -231,3 +231,13 @@ def configure_cpu(isa: str | None = None) -> CpuChoice:
 
 def cpu_choice() -> CpuChoice | None:
     return _choice
+
+
+def adopt(choice: CpuChoice) -> None:
+    """Take over a parent process's choice (its environment came with ours): a stage in its own
+    process (``pipeline.own_process``) records and applies the same one."""
+    from torch2ms.runtime.threads import configure_environment
+
+    global _choice
+    configure_environment()
+    _choice = choice
