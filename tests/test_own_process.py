@@ -17,7 +17,7 @@ import pytest
 from conftest import write_recipe
 from own_process_stages import Killed, Raises, Reports
 
-from torch2ms.errors import RecipeError, StageFailed
+from torch2ms.errors import CheckFailed, RecipeError, StageFailed, UnsupportedOpsError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 
@@ -162,3 +162,21 @@ def test_the_stage_process_dies_with_the_run(tmp_path):
     while Path(f"/proc/{child}").exists() and time.time() < end:
         time.sleep(0.05)
     assert not Path(f"/proc/{child}").exists()
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        CheckFailed("stage 'fold' is out of tolerance", hint="see diff.md"),
+        UnsupportedOpsError("2 nodes have no converter", problems=["NonMaxSuppression", "Loop"]),
+    ],
+)
+def test_errors_cross_the_process_boundary_whole(err):
+    """A stage's own process pickles its error: type, message, hint and fields must all arrive.
+    (Exception pickles its ``args`` and ``__dict__``; a subclass whose ``__init__`` took a second
+    required argument would not unpickle.)"""
+    import pickle
+
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err) and back.__dict__ == err.__dict__
+    assert back.exit_code == err.exit_code

@@ -26,17 +26,6 @@ class Torch2msError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
 
-    def __reduce__(self):
-        # whole, with its hint and fields: a stage in its own process hands its error to the runner
-        return _restore, (type(self), self.args, self.__dict__)
-
-
-def _restore(cls, args, state):
-    err = cls.__new__(cls)
-    Exception.__init__(err, *args)
-    err.__dict__.update(state)
-    return err
-
 
 class RecipeError(Torch2msError):
     """The recipe file is missing, unreadable or invalid."""

@@ -214,11 +214,8 @@ class Runner:
         return out
 
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
-        """Run, check and commit ``stage``; on any error or interrupt before the commit (in its ``run``,
-        its check or its replay), its partial folder goes. The folder is made inside the ``try``: a
-        Ctrl-C that lands as ``fresh_partial`` returns (Python raises it there, right after the
-        ``mkdir``) left it behind. A stage that declares ``own_process`` does all this in a process of
-        its own when the runner was asked for it."""
+        """Run, check and commit ``stage`` (``_execute_here``): in this process, or in one of its own
+        when it declares ``own_process`` and the runner was asked for that."""
         if self.own_processes and stage.own_process:
             from torch2ms.pipeline.own_process import run_in_child
 
@@ -226,6 +223,9 @@ class Runner:
         return self._execute_here(stage, fp, fp_payload, done, floors)
 
     def _execute_here(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
+        """On any error or interrupt before the commit (in its ``run``, its check or its replay), the
+        stage's partial folder goes. The folder is made inside the ``try``: a Ctrl-C that lands as
+        ``fresh_partial`` returns (Python raises it there, right after the ``mkdir``) left it behind."""
         try:
             out = self.run_dir.fresh_partial(stage.name)
             return self._checked(stage, out, fp, fp_payload, done, floors)
