@@ -17,6 +17,7 @@ import typer
 
 from torch2ms.cli_app import app, console, state
 from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, Torch2msError
+from torch2ms.runtime.lifetime import interrupt
 
 
 def _load_commands() -> None:
@@ -26,10 +27,6 @@ def _load_commands() -> None:
         importlib.import_module(f"torch2ms.commands.{mod}")
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main(argv: list[str] | None = None) -> None:
     _load_commands()
     if threading.current_thread() is threading.main_thread():
@@ -37,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         # process SIGTERM: Ctrl-C during a MindSpore stage killed torch2ms with no message, its
         # partial folder and lock left behind. SIGTERM becomes KeyboardInterrupt here, so both
         # end like Ctrl-C elsewhere: partial discarded, lock released, exit 130.
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
     try:
         # standalone_mode=False makes click *return* the code of typer.Exit(code) instead of
         # exiting with it: pass it on, or `raise typer.Exit(130)` would end with status 0.

@@ -32,6 +32,7 @@ import sys
 from typing import Any
 
 from torch2ms.errors import StageFailed
+from torch2ms.runtime.lifetime import signal_name
 
 FIRST_WAIT_S = 2.0  # for a child that got the same Ctrl-C to end on its own
 WAIT_AFTER_INTERRUPT_S = 30.0  # for one sent a SIGINT, which discards its partial folder; then it is killed
@@ -55,7 +56,7 @@ def run_in_child(runner, stage, fp: str, fp_payload: dict, done: list[str], floo
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "torch2ms.pipeline.stage_process", str(write_fd)],
+            [sys.executable, "-m", "torch2ms.pipeline.stage_process", str(write_fd), str(os.getpid())],
             stdin=subprocess.PIPE,
             pass_fds=(write_fd,),
         )
@@ -114,9 +115,4 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _ended(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
+    return f"was killed by {signal_name(code)}" if code < 0 else f"exited with status {code}"

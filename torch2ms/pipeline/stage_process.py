@@ -1,4 +1,4 @@
-"""``python -m torch2ms.pipeline.stage_process FD``: one stage in a process of its own, for
+"""``python -m torch2ms.pipeline.stage_process FD PARENT_PID``: one stage in a process of its own, for
 ``pipeline.own_process`` (which starts it and says why). It reads ``sys.path`` and the job from
 stdin, runs the runner's ``_execute_here`` for that stage, and writes pickled messages to the pipe
 ``FD``: ``("log", line)`` as it goes, then ``("result", StageResult)``, ``("error", exception)``
@@ -14,21 +14,7 @@ import traceback
 from typing import Any
 
 from torch2ms.errors import StageFailed
-
-
-def _die_with_parent() -> None:
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+from torch2ms.runtime.lifetime import die_with_parent, interrupt
 
 
 def _send(out, kind: str, payload: Any) -> None:
@@ -71,9 +57,9 @@ def _run(out) -> int:
     return 0
 
 
-def main(fd: int) -> int:
-    _die_with_parent()
-    signal.signal(signal.SIGTERM, _interrupt)  # as the CLI does: MindSpore's SIGINT handler sends SIGTERM
+def main(fd: int, parent: int) -> int:
+    die_with_parent(parent)
+    signal.signal(signal.SIGTERM, interrupt)  # as the CLI does: MindSpore's SIGINT handler sends SIGTERM
     out = os.fdopen(fd, "wb")
     code = 130
     try:
@@ -89,4 +75,4 @@ def main(fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

@@ -38,6 +38,7 @@ from torch2ms.passes.coverage import coverage_cell
 from torch2ms.pipeline.report import task_summary
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.runtime import threads
+from torch2ms.runtime.lifetime import signal_name
 from torch2ms.runtime.memory import rss_mb
 from torch2ms.stages import stage_names
 from torch2ms.zoo.disk import du_mb
@@ -91,13 +92,6 @@ def _last_line(path: Path, limit: int = 200) -> str:
     except OSError:
         return ""
     return lines[-1][:limit] if lines else ""
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 @dataclass
@@ -307,7 +301,7 @@ def _crashed(run_dir: Path, returncode, stages: dict, running, where: str, peak:
     if running:
         stages[running] = "crashed"
     if returncode is not None and returncode < 0:
-        how = f"killed by {_signal_name(returncode)}"
+        how = f"killed by {signal_name(returncode)}"
         if returncode == -signal.SIGKILL:
             how += f" (not by torch2ms: usually the kernel's out-of-memory killer; peak RSS {peak:.0f} MB)"
     else:

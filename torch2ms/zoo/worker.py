@@ -13,29 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from torch2ms.runtime.lifetime import die_with_parent
 from torch2ms.runtime.memory import peak_rss_mb
-
-_PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
 
 def _die_with_parent() -> None:
-    """Linux: be killed if the launcher dies, so a killed batch leaves no orphan conversions."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
+    """Be killed if the launcher (or fork server) dies, so a killed batch leaves no orphan conversions."""
     parent = os.environ.get("TORCH2MS_ZOO_PARENT")
-    if parent and os.getppid() != int(parent):  # the launcher died before prctl took effect
-        os._exit(1)
+    die_with_parent(int(parent) if parent else None)
 
 
 def main(job_path: str) -> int:
