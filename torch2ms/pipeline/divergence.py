@@ -722,8 +722,7 @@ def _segment_model(model, nodes, reads, feeds: list[str], outputs: list[str], in
     read = set().union(*reads) if reads else set()
     g.initializer.extend(initializers[x] for x in sorted(read) if x in initializers and x not in feeds)
     for x in feeds:
-        v = values[x]
-        v = np.load(v, mmap_mode="r") if isinstance(v, Path) else v
+        v = _References._value(values[x])
         g.input.append(helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
     g.output.extend(helper.ValueInfoProto(name=o) for o in outputs)
     return sub
