@@ -21,18 +21,6 @@ record states (undecided at ``alpha`` within ``max_rounds``), so the confidence 
 timing them; only which of two equally fast variants has the lower median could change, and the
 record says neither is faster. On a loaded machine (DeepLabV3+ at 512x512: 10 rounds, p = 0.66,
 ~3 s CPU per round) this ends the search after about half the rounds.
-
-And it stops, after ``min_rounds``, once the variants are shown to be equally fast within
-``EQUIVALENT`` (5%): two one-sided tests (TOST) with the same exact Mann-Whitney test, on the
-calls of one variant against the other's stretched by the margin,
-
-    p_equivalent = max(p(a, (1 + margin) b), p(b, (1 + margin) a)) <= alpha,
-
-so each is shown to be less than 5% slower than the other (a shift of the log seconds; three
-rounds give it when all six calls lie within 5% of each other). Which of the two is kept then
-costs at most 5%: the lower median is kept and the record says ``equivalent``. Without this,
-two variants within the noise of each other were timed until the rounds ran out or no outcome
-could decide (DeepLabV3+ cold: 3 to 10 rounds of ~2.2 s).
 """
 
 from __future__ import annotations
@@ -44,8 +32,6 @@ from functools import cache
 
 ALPHA = 0.05
 MIN_ROUNDS = 3
-# two variants less than this fraction slower than each other (shown at ALPHA) are equally fast
-EQUIVALENT = 0.05
 
 
 @cache
@@ -88,14 +74,6 @@ def best_reachable_p(faster: list[float], slower: list[float], rounds_left: int)
     return _p_at_least(m + k, n + k, _u(faster, slower) + m * k + k * n + k * k)
 
 
-def equivalence_p(a: list[float], b: list[float], margin: float) -> float:
-    """The p of the two one-sided tests that neither ``a`` nor ``b`` is ``margin`` or more slower
-    than the other: the larger of ``a``'s calls ranking below ``b``'s stretched by ``1 + margin``
-    and the reverse."""
-    stretch = 1.0 + margin
-    return max(mann_whitney_p(a, [x * stretch for x in b]), mann_whitney_p(b, [x * stretch for x in a]))
-
-
 def time_call(call: Callable[[], None]) -> float:
     t = time.perf_counter()
     call()
@@ -107,15 +85,14 @@ def faster_variant(
     max_rounds: int,
     min_rounds: int = MIN_ROUNDS,
     alpha: float = ALPHA,
-    margin: float = EQUIVALENT,
 ) -> tuple[str, dict[str, list[float]], dict]:
     """Time ``calls`` (already compiled and warm) in alternating rounds until the one with the lower
-    median is faster at ``alpha``, both are equally fast within ``margin`` at ``alpha``, or
-    ``max_rounds`` ran. Returns its key, every call's seconds per
+    median is faster at ``alpha`` or ``max_rounds`` ran. Returns its key, every call's seconds per
     variant, and the decision record (rounds, p, alpha, whether it was decided)."""
     keys = list(calls)
     times: dict[str, list[float]] = {k: [] for k in keys}
-    rounds = 0
+    rounds, p = 0, 1.0
+    best = keys[0]
     while True:
         order = keys if rounds % 2 == 0 else keys[::-1]
         for k in order:
@@ -124,26 +101,16 @@ def faster_variant(
         best = min(keys, key=lambda k: statistics.median(times[k]))
         if len(keys) == 1:
             return best, times, {"rounds": rounds, "p_value": None, "alpha": alpha, "decided": True}
-        others = [k for k in keys if k != best]
-        p = max(mann_whitney_p(times[best], times[k]) for k in others)
-        record = {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": p <= alpha}
+        p = max(mann_whitney_p(times[best], times[k]) for k in keys if k != best)
         if rounds >= max_rounds or (rounds >= min(min_rounds, max_rounds) and p <= alpha):
-            return best, times, record
-        if rounds < min_rounds:
-            continue
-        same = max(equivalence_p(times[best], times[k], margin) for k in others)
-        if same <= alpha:
-            stopped = f"equally fast within {margin:.0%} at p <= {alpha:g}"
-            return (
-                best,
-                times,
-                {**record, "equivalent_within": margin, "p_equivalent": round(same, 4), "stopped": stopped},
-            )
+            break
         # no variant can still be shown faster within max_rounds: the rest cannot change the decision
         left = max_rounds - rounds
         reachable = min(max(best_reachable_p(times[a], times[b], left) for b in keys if b != a) for a in keys)
-        if reachable > alpha:
-            return best, times, {**record, "stopped": f"no {max_rounds} rounds reach p <= {alpha:g}"}
+        if rounds >= min_rounds and reachable > alpha:
+            decision = {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": False}
+            return best, times, {**decision, "stopped": f"no {max_rounds} rounds reach p <= {alpha:g}"}
+    return best, times, {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": p <= alpha}
 
 
 def summary(first_call_s: float, times: list[float]) -> dict:

@@ -4,14 +4,13 @@ Records the compile (first call) seconds and the median latency of the compiled 
 the PyNative rebuild's, measured in the same process on the same input. ``graph_kernel: auto``
 builds with and without graph-kernel fusion and keeps the faster one (on this CPU, fusion was
 not assumed to help: measure it): after ``warmup`` calls each, the two are timed in alternating
-rounds until one is faster at p <= 0.05 (exact Mann-Whitney, ``torch2ms.runtime.latency``), both
-are shown equally fast within 5%, ``runs`` rounds ran, or no outcome of the remaining rounds could
-reach p <= 0.05; ``decision`` in the record says how many rounds and the p reached. The check's
-first sample is the chosen cell's output from its last timed call (on that sample); each warm-up
-call runs the next sample, so the chosen cell's warm-up calls give the next samples' outputs; the
-others run after the decision. The PyNative reference is the unfolded network's check calls in its
-own stage (one per sample; a first call and ``min(runs, 3)`` more here when its record has none).
-Checked: compiled outputs vs PyTorch.
+rounds until one is faster at p <= 0.05 (exact Mann-Whitney, ``torch2ms.runtime.latency``), ``runs``
+rounds ran, or no outcome of the remaining rounds could reach p <= 0.05; ``decision`` in the record
+says how many rounds and the p reached. The check's first sample is the chosen cell's output
+from its last timed call (on that sample); each warm-up call runs the next sample, so the chosen
+cell's warm-up calls give the next samples' outputs; the others run after the decision. The PyNative
+reference is the unfolded network's check calls in its own stage (one per sample; a first call
+and ``min(runs, 3)`` more here when its record has none). Checked: compiled outputs vs PyTorch.
 """
 
 from __future__ import annotations
