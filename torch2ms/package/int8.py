@@ -50,8 +50,7 @@ import numpy as np
 from torch2ms.errors import RecipeError
 from torch2ms.package import search
 from torch2ms.package.emulate import Calibrator, Int8Emulator, calibration_tensors, emulation_metrics, json_error, sig
-from torch2ms.package.precision import NEGLIGIBLE, RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES
-from torch2ms.package.search import Verdict
+from torch2ms.package.search import NEGLIGIBLE, Verdict
 from torch2ms.pipeline.markdown import table
 
 FIELD = "quantize.calibration"
@@ -286,7 +285,7 @@ def make_plan(
 
 def _search_float_layers(recipe, emu: Int8Emulator, reference: list[dict], exhaustive: bool):
     """``search.search`` over the emulator's Cube layers: the fewest kept in float that meet the
-    gate (screened on ``SCREEN_SAMPLES`` samples first unless ``exhaustive``)."""
+    gate (screened on ``search.SCREEN_SAMPLES`` samples first unless ``exhaustive``)."""
 
     def emulate_on(samples: int) -> Callable[[frozenset[int]], Verdict]:
         def evaluate(low: frozenset[int]) -> Verdict:
@@ -295,17 +294,8 @@ def _search_float_layers(recipe, emu: Int8Emulator, reference: list[dict], exhau
 
         return evaluate
 
-    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate_on(SCREEN_SAMPLES)
     try:
-        return search.search(
-            len(emu.names),
-            emulate_on(len(reference)),
-            screen,
-            rank_budget=RANK_BUDGET,
-            release_budget=RELEASE_BUDGET,
-            negligible=NEGLIGIBLE,
-            exhaustive=exhaustive,
-        )
+        return search.search_samples(len(emu.names), emulate_on, len(reference), NEGLIGIBLE, exhaustive)
     except search.Unreachable as err:
         d = err.verdict.detail
         raise RecipeError(

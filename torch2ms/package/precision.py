@@ -53,7 +53,7 @@ from torch2ms.package import search
 from torch2ms.package.emulate import Fp16Emulator, emulation_metrics
 from torch2ms.package.emulate import json_error as _json_error
 from torch2ms.package.emulate import sig as _sig
-from torch2ms.package.search import Verdict
+from torch2ms.package.search import NEGLIGIBLE, RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES, Verdict
 from torch2ms.pipeline.markdown import table
 
 ASCEND_IR_TYPES = {
@@ -67,10 +67,6 @@ ASCEND_IR_TYPES = {
     "BatchNormalization": "BatchNorm",
     "Relu": "Relu",
 }
-RANK_BUDGET = 24  # screening emulations for the group-wise bisection that ranks the layers
-RELEASE_BUDGET = 12  # full emulations trying kept blocks in fp16 again
-SCREEN_SAMPLES = 1  # the ranking is measured on this many reference samples; the plan on all of them
-NEGLIGIBLE = 0.1  # a block whose error alone is under this fraction of the bound is not split
 SEARCH = (
     f"group-wise bisection over blocks of consecutive layers (up to {RANK_BUDGET} emulations on the first "
     f"{SCREEN_SAMPLES} sample(s)) ranks the layers; the shortest ranked prefix kept in fp32 that meets the bound "
@@ -170,17 +166,9 @@ def _search_fp32_layers(recipe, emu: Fp16Emulator, reference: list[dict], exhaus
 
         return evaluate
 
-    screen = None if exhaustive or len(reference) <= SCREEN_SAMPLES else emulate(SCREEN_SAMPLES)
+    negligible = recipe.precision.fp16_rel_error * NEGLIGIBLE
     try:
-        return search.search(
-            len(emu.names),
-            emulate(len(reference)),
-            screen,
-            rank_budget=RANK_BUDGET,
-            release_budget=RELEASE_BUDGET,
-            negligible=recipe.precision.fp16_rel_error * NEGLIGIBLE,
-            exhaustive=exhaustive,
-        )
+        return search.search_samples(len(emu.names), emulate, len(reference), negligible, exhaustive)
     except search.Unreachable as err:
         fp32 = err.verdict.detail
         raise RecipeError(

@@ -40,6 +40,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+RANK_BUDGET = 24  # screening evaluations for the group-wise bisection that ranks the layers
+RELEASE_BUDGET = 12  # full evaluations trying kept blocks in low precision again
+SCREEN_SAMPLES = 1  # the ranking is measured on this many reference samples; the plan on all of them
+NEGLIGIBLE = 0.1  # a block whose error alone is under this fraction of the bound is not split
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -169,8 +174,8 @@ def search(
     evaluate: Callable[[frozenset[int]], Verdict],
     screen: Callable[[frozenset[int]], Verdict] | None = None,
     *,
-    rank_budget: int = 24,
-    release_budget: int = 12,
+    rank_budget: int = RANK_BUDGET,
+    release_budget: int = RELEASE_BUDGET,
     negligible: float = 0.0,
     exhaustive: bool = False,
 ) -> Result:
@@ -209,6 +214,20 @@ def search(
         full.count,
         steps,
     )
+
+
+def search_samples(
+    n: int,
+    evaluate_on: Callable[[int], Callable[[frozenset[int]], Verdict]],
+    samples: int,
+    negligible: float,
+    exhaustive: bool,
+) -> Result:
+    """``search`` as a plan runs it: ``evaluate_on(samples)`` decides, on every reference sample, and
+    ``evaluate_on(SCREEN_SAMPLES)`` ranks the layers when there are more samples than that (and the
+    search is not ``exhaustive``, which compares with the reference on every sample)."""
+    screen = None if exhaustive or samples <= SCREEN_SAMPLES else evaluate_on(SCREEN_SAMPLES)
+    return search(n, evaluate_on(samples), screen, negligible=negligible, exhaustive=exhaustive)
 
 
 # --- a plan's cache: reused while what decides it is the same ------------------------------------
