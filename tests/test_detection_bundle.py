@@ -12,23 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, run_bundle_infer, unpack_bundle
+from conftest import REPO, run_bundle_infer, run_cli, unpack_bundle
 
-from torch2ms.cli import main
 from torch2ms.postprocess import yolo
 from torch2ms.recipe import load_recipe
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 sys.path.insert(0, str(REPO / "recipes"))  # the recipes' model factories (recipes/models/)
 STAGES = ("export", "rebuild", "fold", "compile", "mindir")
-
-
-def _cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 def _small_recipe(d: Path, size: int) -> Path:
@@ -48,7 +39,7 @@ def bundle(tmp_path_factory):
     d = tmp_path_factory.mktemp("yolo")
     recipe = _small_recipe(d, 256)
     argv = ["package", "--recipe", str(recipe), "--runs", str(d / "runs"), "--out", str(d / "dist")]
-    assert _cli(argv) == 0
+    assert run_cli(*argv) == 0
     (archive,) = (d / "dist").glob("yolov8n256-*.tar.gz")
     return recipe, archive, d / "runs" / "yolov8n256"
 
@@ -89,7 +80,7 @@ def test_bundle_holds_the_postprocess_and_verify_reports_detections(bundle, caps
     assert len(post["check_conf"]) == 1 and manifest["preprocess"]["letterbox"]["pad_value"] == 114
     assert "--output_type=FP32" in atc and "--outputDataType=FLOAT32" in lite
     assert "## Where NMS runs" in compat and "crashes ATC" in compat
-    assert _cli(["verify", str(archive)]) == 0
+    assert run_cli("verify", str(archive)) == 0
     out = capsys.readouterr().out
     assert "detection agreement 1.0000" in out and "extra" in out
 
@@ -150,9 +141,9 @@ def test_infer_on_a_photo_gives_ultralytics_boxes(bundle, tmp_path):
 def test_shipped_recipe_converts_packages_and_verifies(name, tmp_path, capsys):
     recipe = REPO / "recipes" / f"{name}.yaml"
     argv = ["package", "--recipe", str(recipe), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "dist")]
-    assert _cli(argv) == 0
+    assert run_cli(*argv) == 0
     kinds = {"yolov8n": ("box_iou",), "yolov8n-seg": ("box_iou", "mask_iou"), "yolov8n-pose": ("keypoint_px",)}
     _check_stages(tmp_path / "runs" / name, kinds[name])
     (archive,) = (tmp_path / "dist").glob(f"{name}-*.tar.gz")
-    assert _cli(["verify", str(archive)]) == 0
+    assert run_cli("verify", str(archive)) == 0
     assert "detection agreement 1.0000" in capsys.readouterr().out

@@ -15,23 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_bundle_infer, unpack_bundle, write_recipe
+from conftest import run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
-from torch2ms.cli import main
 from torch2ms.package.build import build_bundle
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import mindir_layout, msutil
 
 WEIGHTS = f"{mindir_layout.VARIABLES}/data_0"
-
-
-def _cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 @pytest.fixture
@@ -116,7 +107,7 @@ def test_bundle_carries_and_verifies_the_weights(split_run, tmp_path, capsys):
     assert {"model/network.mindir", f"model/{WEIGHTS}"} <= set(names)
     assert f"model/{WEIGHTS}" in manifest["files"]
     assert f"`model/{mindir_layout.VARIABLES}/`" in readme
-    assert _cli(["verify", str(bundle)]) == 0
+    assert run_cli("verify", str(bundle)) == 0
     assert "OK tiny" in capsys.readouterr().out
 
     # a bundle without its weights file is refused by name
@@ -125,7 +116,7 @@ def test_bundle_carries_and_verifies_the_weights(split_run, tmp_path, capsys):
         for m in src:
             if m.name != f"model/{WEIGHTS}":
                 dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    assert _cli(["verify", str(stripped)]) == 1
+    assert run_cli("verify", str(stripped)) == 1
     assert f"model/{WEIGHTS}: missing" in capsys.readouterr().err
 
 

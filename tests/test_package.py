@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_bundle_infer, unpack_bundle, write_recipe
+from conftest import REPO, run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
-from torch2ms.cli import main
 from torch2ms.errors import RecipeError
 from torch2ms.package.build import build_bundle, image_geometry
 from torch2ms.package.targets import aipp_cfg
@@ -23,14 +22,6 @@ from torch2ms.recipe import load_recipe
 
 PREPROCESS = {"resize": [32, 32], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "color": "rgb"}
 CLASSES = ["cat", "dog", "owl", "fox", "elk"]
-
-
-def _cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 def _package(recipe_path: Path, out: Path) -> Path:
@@ -94,7 +85,7 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     assert all(s["status"] == "passed" and s["worst"]["rel_error"] <= 1e-4 for s in manifest["stages"])
     assert manifest["target"]["soc_version"] == "Ascend310B4" and manifest["recipe"]["name"] == "tiny"
     assert {"torch", "mindspore", "onnx", "torch2ms"} <= set(manifest["versions"])
-    assert _cli(["verify", str(bundle)]) == 0
+    assert run_cli("verify", str(bundle)) == 0
     out = capsys.readouterr().out
     assert "14 files match manifest.json" in out and "OK tiny" in out
     assert "task: top-1 agreement 1.0000, top-5 overlap 1.0000" in out
@@ -102,7 +93,7 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
 
 def test_packaging_twice_is_byte_identical(tiny_bundle, tmp_path):
     recipe, first = tiny_bundle
-    assert _cli(["package", "--recipe", str(recipe), "--out", str(tmp_path)]) == 0
+    assert run_cli("package", "--recipe", str(recipe), "--out", str(tmp_path)) == 0
     second = tmp_path / first.name
     assert second.read_bytes() == first.read_bytes()
     with tarfile.open(second) as tar:
@@ -122,14 +113,14 @@ def test_package_refuses_a_failed_run(tmp_path, capsys):
         check={"samples": 1, "rel_error": 1e-12, "cosine": 0.99999, "noise_factor": 0},
         preprocess=PREPROCESS,
     )
-    assert _cli(["package", "--recipe", str(recipe), "--out", str(tmp_path / "dist")]) == 1
+    assert run_cli("package", "--recipe", str(recipe), "--out", str(tmp_path / "dist")) == 1
     assert "out of tolerance" in capsys.readouterr().err
     assert not (tmp_path / "dist").exists()
 
 
 def test_unknown_target_is_a_usage_error(tiny_bundle, capsys):
     recipe, _ = tiny_bundle
-    assert _cli(["package", "--recipe", str(recipe), "--target", "atlas-9000"]) == 2
+    assert run_cli("package", "--recipe", str(recipe), "--target", "atlas-9000") == 2
     assert "atlas-200i-dk-a2" in capsys.readouterr().err
 
 
@@ -183,7 +174,7 @@ def _add(name: str, kind=tarfile.REGTYPE, link: str = ""):
 def test_tampered_bundle_is_rejected(tiny_bundle, tmp_path, capsys, mutate, code, words):
     _, bundle = tiny_bundle
     bad = _rewrite(bundle, tmp_path / "bad.tar.gz", mutate)
-    assert _cli(["verify", str(bad)]) == code
+    assert run_cli("verify", str(bad)) == code
     err = capsys.readouterr().err
     for w in words:
         assert w in err, err
@@ -193,9 +184,9 @@ def test_tampered_bundle_is_rejected(tiny_bundle, tmp_path, capsys, mutate, code
 def test_unreadable_input_exits_2(tmp_path, capsys):
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not a tarball at all")
-    assert _cli(["verify", str(junk)]) == 2
+    assert run_cli("verify", str(junk)) == 2
     assert "not a readable .tar.gz" in capsys.readouterr().err
-    assert _cli(["verify", str(tmp_path / "absent.tar.gz")]) == 2
+    assert run_cli("verify", str(tmp_path / "absent.tar.gz")) == 2
 
 
 # --- generated target files ---
@@ -324,7 +315,7 @@ def test_a_network_passed_at_its_noise_floor_verifies_at_that_bound(tmp_path, ca
     assert tol["rel_error"] > 1e-12 and tol["by"].startswith("10x onnxruntime's distance"), tol
     mindir = next(s for s in manifest["stages"] if s["stage"] == "mindir")
     assert 1e-12 < mindir["worst"]["rel_error"] <= tol["rel_error"]  # the recipe's own bound would refuse it
-    assert _cli(["verify", str(bundle)]) == 0
+    assert run_cli("verify", str(bundle)) == 0
     assert "10x onnxruntime's distance from PyTorch" in " ".join(capsys.readouterr().out.split())
     assert run_bundle_infer(root, "--self-check").returncode == 0
     assert run_bundle_infer(root, "--self-check", "--rtol", "1e-12").returncode == 1
@@ -338,7 +329,7 @@ def test_a_network_passed_at_its_noise_floor_verifies_at_that_bound(tmp_path, ca
 def test_package_and_verify_zoo_model(recipe_name, tmp_path, capsys):
     recipe = REPO / "recipes" / f"{recipe_name}.yaml"
     args = ["package", "--recipe", str(recipe), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "dist")]
-    assert _cli(args) == 0
+    assert run_cli(*args) == 0
     (bundle,) = (tmp_path / "dist").glob(f"{recipe_name}-*.tar.gz")
-    assert _cli(["verify", str(bundle)]) == 0
+    assert run_cli("verify", str(bundle)) == 0
     assert f"OK {recipe_name}" in capsys.readouterr().out
