@@ -270,22 +270,25 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
     computed value (``_Stream``) and hands the next statements its own or onnxruntime's. The
     inserted statements carry their statement's line number."""
     tree = ast.parse(source)
-    construct = _construct(tree)
-    body = []  # an argument first: a statement left out as `y = x` is its argument x
-    for a in construct.args.args[1:]:
-        if a.arg in variables:
-            hook = ast.parse(f"{a.arg} = {REPLAY_HOOK}({a.arg!r}, {a.arg})").body[0]
-            body.append(ast.copy_location(hook, construct.body[0]))
-    for st in construct.body:
+    _hook_assignments(_construct(tree), lambda name: name in variables)
+    return ast.fix_missing_locations(tree)
+
+
+def _hook_assignments(fn: ast.FunctionDef, wanted, owner: str = "") -> None:
+    """Insert ``v = torch2ms_replay(<owner>'v', v)`` into ``fn`` for each ``wanted`` name: at the
+    top for an argument (a statement left out as ``y = x`` is its argument x), and after each
+    assignment to it. The inserted statements carry their statement's line number."""
+
+    def hook(name: str, at: ast.stmt) -> ast.stmt:
+        return ast.copy_location(ast.parse(f"{name} = {REPLAY_HOOK}({owner}{name!r}, {name})").body[0], at)
+
+    body = [hook(a.arg, fn.body[0]) for a in fn.args.args[1:] if wanted(a.arg)]
+    for st in fn.body:
         body.append(st)
         if isinstance(st, ast.Assign):
-            for target in st.targets:
-                for n in ast.walk(target):
-                    if isinstance(n, ast.Name) and n.id in variables:
-                        hook = ast.parse(f"{n.id} = {REPLAY_HOOK}({n.id!r}, {n.id})").body[0]
-                        body.append(ast.copy_location(hook, st))
-    construct.body = body
-    return ast.fix_missing_locations(tree)
+            names = (n.id for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            body.extend(hook(name, st) for name in names if wanted(name))
+    fn.body = body
 
 
 def load_probe(stage_dir: Path, variables: list[str], tag: str, hook):
@@ -334,19 +337,7 @@ def instrument_classes(source: str) -> ast.Module:
             continue
         for f in c.body:
             if isinstance(f, ast.FunctionDef) and f.name == "construct":
-                body = []  # the arguments first: a statement left out as `y = x` is its argument x
-                for a in f.args.args[1:]:
-                    hook = ast.parse(f"{a.arg} = {REPLAY_HOOK}(self, {a.arg!r}, {a.arg})").body[0]
-                    body.append(ast.copy_location(hook, f.body[0]))
-                for st in f.body:
-                    body.append(st)
-                    if isinstance(st, ast.Assign):
-                        for target in st.targets:
-                            for n in ast.walk(target):
-                                if isinstance(n, ast.Name) and n.id != "_":
-                                    hook = ast.parse(f"{n.id} = {REPLAY_HOOK}(self, {n.id!r}, {n.id})").body[0]
-                                    body.append(ast.copy_location(hook, st))
-                f.body = body
+                _hook_assignments(f, lambda name: name != "_", owner="self, ")
     return ast.fix_missing_locations(tree)
 
 
