@@ -309,7 +309,22 @@ def grid_expr(sink, array: np.ndarray, fit: tuple[int, tuple[int, ...]] | None =
     return f"{name}({tuple(array.shape)!r}, {coefs!r}, {offset}, {ms_dtype(array.dtype)})"
 
 
-class Recorder:
+class _Sink:
+    """What the batch conversions' two sinks do alike: variables are the code builder's, a scalar
+    constant is a literal, any other constant a stored tensor (``tensor``, each sink its own)."""
+
+    inner: object
+
+    def var(self, value: str) -> str:
+        return self.inner.var(value)
+
+    def const_expr(self, value: Value) -> str:
+        if _scalar(value):
+            return literal(value.const.item())
+        return self.tensor(value.const, value.name)
+
+
+class Recorder(_Sink):
     """Wraps the code builder during the first conversion of a node and logs what the emitter
     declared (stored tensors, layers, helper definitions) with the names it got back. A stored
     tensor gets a placeholder name until the other conversion has declared its own (``Replay``,
@@ -319,14 +334,6 @@ class Recorder:
         self.inner = inner
         self.other = other
         self.log: list[tuple] = []
-
-    def var(self, value: str) -> str:
-        return self.inner.var(value)
-
-    def const_expr(self, value: Value) -> str:
-        if _scalar(value):
-            return literal(value.const.item())
-        return self.tensor(value.const, value.name)
 
     def add_layer(self, node, callee, args, kwargs, params) -> str:
         out = self.inner.add_layer(node, callee, args, kwargs, params)
@@ -344,7 +351,7 @@ class Recorder:
         return out
 
 
-class Replay:
+class Replay(_Sink):
     """The sink of the second conversion of a node (at the other batch): hands back the names the
     first conversion got, after checking it declared the same things; ``tensors`` pairs each
     stored tensor's placeholder with both arrays."""
@@ -360,14 +367,6 @@ class Replay:
         if not self.log or self.log[0][0] != kind:
             raise BatchDependent(f"{self.where}: declares {what} only at {_at(self.batches[1])}")
         return self.log.pop(0)[1:]
-
-    def var(self, value: str) -> str:
-        return self.inner.var(value)
-
-    def const_expr(self, value: Value) -> str:
-        if _scalar(value):
-            return literal(value.const.item())
-        return self.tensor(value.const, value.name)
 
     def tensor(self, array, hint) -> str:
         (first, first_hint), out = self._next("tensor", f"a constant ({hint})")
