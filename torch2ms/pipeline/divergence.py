@@ -294,16 +294,21 @@ def _hook_assignments(fn: ast.FunctionDef, wanted, owner: str = "") -> None:
 def load_probe(stage_dir: Path, variables: list[str], tag: str, hook):
     """The stage's network with the probe's ``construct``, weights from its ``network.ckpt``, each
     of ``variables`` going through ``hook`` (``replay_tree``)."""
+    source = probe_source((stage_dir / "network.py").read_text(), variables)
+    return _build_instrumented(stage_dir, source, replay_tree(source, set(variables)), tag, hook)
+
+
+def _build_instrumented(stage_dir: Path, source: str, tree: ast.Module, tag: str, hook):
+    """The stage's network built from ``tree`` (its ``source``, instrumented) with ``hook`` as the
+    replay hook, in a module of its own that leaves ``sys.modules`` again once built."""
     path = stage_dir / "network.py"
-    source = probe_source(path.read_text(), variables)
     name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
     module = types.ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module
     try:
         module.__dict__[REPLAY_HOOK] = hook
-        code = compile(replay_tree(source, set(variables)), str(path), "exec")
-        exec(code, module.__dict__)  # noqa: S102 - our own generated code
+        exec(compile(tree, str(path), "exec"), module.__dict__)  # noqa: S102 - our own generated code
         return module.build(str(stage_dir / "network.ckpt"))
     finally:
         sys.modules.pop(name, None)
@@ -343,18 +348,8 @@ def instrument_classes(source: str) -> ast.Module:
 
 def load_class_probe(stage_dir: Path, tag: str, hook: _CellHook):
     """The stage's modules-layout network with every class instrumented (``instrument_classes``)."""
-    path = stage_dir / "network.py"
-    source = path.read_text()
-    name = f"torch2ms_probe_{tag}_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
-    module = types.ModuleType(name)
-    module.__file__ = str(path)
-    sys.modules[name] = module
-    try:
-        module.__dict__[REPLAY_HOOK] = hook
-        exec(compile(instrument_classes(source), str(path), "exec"), module.__dict__)  # noqa: S102 - our own code
-        net = module.build(str(stage_dir / "network.ckpt"))
-    finally:
-        sys.modules.pop(name, None)
+    source = (stage_dir / "network.py").read_text()
+    net = _build_instrumented(stage_dir, source, instrument_classes(source), tag, hook)
     hook.paths = {id(c): n for n, c in net.cells_and_names()}
     return net
 
