@@ -150,20 +150,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
-_frozen_at = None  # the file whose first test froze the heap last
+def pytest_collection_finish(session):
+    """The heap as collection left it (torch2ms, thousands of collected tests) is frozen at once."""
+    gc.collect()
+    gc.freeze()
 
 
-def pytest_runtest_setup(item):
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
     """MindSpore runs a full ``gc.collect()`` before every graph compile, and a test process holds
     millions of objects that live to its end: torch, MindSpore, onnx, thousands of collected tests,
-    and what earlier files left alive (caches, imported generated networks). At each new file, after
-    one whole collection (which frees any cycle among objects frozen before), they are frozen, so
-    each collect in the file sees only what its tests make: test_reduce.py alone 16.2 -> 11.6 s;
-    test_tensor.py at the end of a worker's files 30.8 s with one freeze after collection, 4.1 s."""
-    global _frozen_at
-    if item.path != _frozen_at:
-        _frozen_at = item.path
-        gc.unfreeze()
+    and what earlier files left alive (caches, imported generated networks). At the end of each file,
+    once its module fixtures are torn down, a collection of what the file made (frozen objects are
+    not looked at) frees its cycles and what is left is frozen, so each collect in the next file sees
+    only what its tests make: test_reduce.py alone 16.2 -> 11.6 s; test_tensor.py at the end of a
+    worker's files 30.8 s with one freeze after collection, 4.1 s. Frozen objects are never collected
+    again: a whole collection (``gc.unfreeze()`` first) at each file cost ~53 s of CPU in the suite
+    (py-spy, 2026-11-29), and what it found is only what outlived a file and later formed garbage
+    cycles."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
         gc.collect()
         gc.freeze()
 
