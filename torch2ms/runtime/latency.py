@@ -91,8 +91,7 @@ def faster_variant(
     variant, and the decision record (rounds, p, alpha, whether it was decided)."""
     keys = list(calls)
     times: dict[str, list[float]] = {k: [] for k in keys}
-    rounds, p = 0, 1.0
-    best = keys[0]
+    rounds = 0
     while True:
         order = keys if rounds % 2 == 0 else keys[::-1]
         for k in order:
@@ -102,15 +101,14 @@ def faster_variant(
         if len(keys) == 1:
             return best, times, {"rounds": rounds, "p_value": None, "alpha": alpha, "decided": True}
         p = max(mann_whitney_p(times[best], times[k]) for k in keys if k != best)
+        record = {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": p <= alpha}
         if rounds >= max_rounds or (rounds >= min(min_rounds, max_rounds) and p <= alpha):
-            break
+            return best, times, record
         # no variant can still be shown faster within max_rounds: the rest cannot change the decision
         left = max_rounds - rounds
         reachable = min(max(best_reachable_p(times[a], times[b], left) for b in keys if b != a) for a in keys)
         if rounds >= min_rounds and reachable > alpha:
-            decision = {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": False}
-            return best, times, {**decision, "stopped": f"no {max_rounds} rounds reach p <= {alpha:g}"}
-    return best, times, {"rounds": rounds, "p_value": round(p, 4), "alpha": alpha, "decided": p <= alpha}
+            return best, times, {**record, "stopped": f"no {max_rounds} rounds reach p <= {alpha:g}"}
 
 
 def summary(first_call_s: float, times: list[float]) -> dict:
