@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-UV = $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
+UV = $(BIN)/uv pip install -q --python $(BIN)/python
 RECIPE ?= recipes/deeplabv3plus.yaml
 ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
@@ -15,13 +15,17 @@ PYTEST_ARGS ?=
 # gives (long files first; --no-loadscope-reorder keeps it). The converters' coverage check takes the union
 # of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
+# A module's .pyc is written by the first process that imports it, as Python does by default: compiling all
+# of .venv at install (uv's --compile-bytecode: 20084 files, 33 s of a 2-core set-up) did it for the ~2500
+# that torch2ms and its tests import, and for the rest. Where the environment sets PYTHONDONTWRITEBYTECODE=1
+# (this machine's does) no process writes them and each one compiles torch and MindSpore again (imports
+# 14 s instead of 6), so make's commands run without it.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv convert lint test test-slow test-avx2 zoo bench clean
 
 # uv installs what pip would (the same versions, from the same registry) in a third of the time: from a
-# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). --compile-bytecode
-# as pip does: without .pyc files (and PYTHONDONTWRITEBYTECODE=1 here) importing torch and MindSpore took
-# 14 s instead of 6, in every process.
+# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
