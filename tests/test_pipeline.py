@@ -4,6 +4,7 @@ changed option or artifact invalidates, --from/--force, interrupted writes, a fa
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +32,19 @@ def statuses(result):
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """One full conversion shared by the read-only tests below."""
+    """One full conversion shared by the read-only tests below, with Python writing .pyc files as it
+    does by default (an environment may say PYTHONDONTWRITEBYTECODE=1)."""
     path = write_recipe(tmp_path_factory.mktemp("shared") / "tiny.yaml")
-    return path, run(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "dont_write_bytecode", False)
+        return path, run(path)
 
 
 def test_all_stages_pass_and_write_their_artifacts(converted):
     path, result = converted
     assert result.passed, statuses(result)
+    # importing network.py left no bytecode cache among a stage's artifacts (it holds network.py's mtime)
+    assert not list(result.root.rglob("__pycache__")) and not list(result.root.rglob("*.pyc"))
     assert statuses(result) == dict.fromkeys(stage_names(), "passed")
     root = result.root
     for stage, files in {
@@ -215,6 +221,30 @@ def test_edited_artifact_is_detected_and_its_stage_reruns(tmp_path):
     again = run(path)
     assert statuses(again)["fold"] == "passed" and statuses(again)["rebuild"] == "up to date"
     assert "edited by hand" not in net.read_text()
+
+
+def test_a_bytecode_cache_in_a_stage_folder_is_not_an_artifact(tmp_path, monkeypatch):
+    """A person who imports a stage's network.py by hand gets a __pycache__ beside it: the stage's
+    artifacts stay what they were, so the run stays up to date; files in other sub-folders count."""
+    from torch2ms.pipeline.workspace import artifact_hashes
+    from torch2ms.runtime.msutil import load_network_module
+
+    (tmp_path / "network.py").write_text("WIDTH = 3\n")
+    (tmp_path / "network_variables").mkdir()
+    (tmp_path / "network_variables" / "data_0").write_bytes(b"weights")
+    before = artifact_hashes(tmp_path)
+    assert set(before) == {"network.py", "network_variables/data_0"}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    __import__("network")  # what a person's `import network` does in that folder
+    monkeypatch.delitem(sys.modules, "network")
+    assert list((tmp_path / "__pycache__").glob("network.*.pyc"))
+    assert artifact_hashes(tmp_path) == before
+    # torch2ms's own import of it writes none, and leaves Python's setting as it was
+    for cache in (tmp_path / "__pycache__").iterdir():
+        cache.unlink()
+    assert load_network_module(tmp_path / "network.py", "bytecode").WIDTH == 3
+    assert not list((tmp_path / "__pycache__").iterdir()) and sys.dont_write_bytecode is False
 
 
 def test_crashed_stage_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):

@@ -92,7 +92,13 @@ def load_network_module(path: Path, tag: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # MindSpore's graph parser needs the module importable
-    spec.loader.exec_module(module)
+    # No __pycache__/network.*.pyc beside it: the folder is the stage's output, hashed into its record,
+    # and a .pyc holds network.py's mtime, so a re-run or a resume would record other artifacts.
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     return module
 
 
