@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-UV = $(BIN)/uv pip install -q --python $(BIN)/python
+UV = $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
 RECIPE ?= recipes/deeplabv3plus.yaml
 ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
@@ -15,17 +15,18 @@ PYTEST_ARGS ?=
 # gives (long files first; --no-loadscope-reorder keeps it). The converters' coverage check takes the union
 # of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
-# A module's .pyc is written by the first process that imports it, as Python does by default: compiling all
-# of .venv at install (uv's --compile-bytecode: 20084 files, 33 s of a 2-core set-up) did it for the ~2500
-# that torch2ms and its tests import, and for the rest. Where the environment sets PYTHONDONTWRITEBYTECODE=1
-# (this machine's does) no process writes them and each one compiles torch and MindSpore again (imports
-# 14 s instead of 6), so make's commands run without it.
+# make's commands run as Python does by default, writing a module's .pyc where none is: an environment
+# with PYTHONDONTWRITEBYTECODE=1 (this machine's) hid that importing network.py wrote a __pycache__ into
+# stage folders, which their records hashed (4c58898). Writing them only on first import instead of
+# --compile-bytecode below was no faster: set-up 38 -> 14 s, pytest 383 -> 405 s (fresh clones, one after
+# the other; the suite imports 8061 modules, some in several processes at once).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv convert lint test test-slow test-avx2 zoo bench clean
 
 # uv installs what pip would (the same versions, from the same registry) in a third of the time: from a
-# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md).
+# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). --compile-bytecode
+# as pip does: the .pyc files are there before the first of the suite's processes imports torch (above).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
