@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -98,10 +97,8 @@ def base_tree(root: Path) -> Path:
     if not (tree / "torch2ms").exists():
         archive = subprocess.run(["git", "-C", str(REPO), "archive", BASE, "torch2ms"], capture_output=True, check=True)
         tree.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as f:
-            f.write(archive.stdout)
-            f.seek(0)
-            tarfile.open(fileobj=f).extractall(tree, filter="data")
+        # our own commit, unpacked by tar: tarfile's extractall(filter=) needs Python >= 3.11.4
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     return tree
 
 
