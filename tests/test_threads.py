@@ -78,6 +78,17 @@ def test_the_budget_reaches_torch_and_mindspore_in_a_fresh_process():
     assert _probe(TORCH2MS_THREADS="1", OMP_NUM_THREADS="2") == {"torch": 2, "omp": "2", "record": 1}
 
 
+def test_pynative_runs_each_op_to_its_end():
+    """runtime.msutil.mindspore() turns MindSpore's asynchronous PyNative dispatch off: its queue
+    threads spin beside the ops on a CPU (msutil._synchronous_pynative)."""
+    from mindspore._c_expression import RuntimeConf
+
+    from torch2ms.runtime import msutil
+
+    msutil.mindspore()
+    assert RuntimeConf.get_instance().is_launch_blocking()
+
+
 def test_without_a_budget_nothing_changes():
     unset = _probe()
     assert unset["omp"] is None and unset["record"] is None

