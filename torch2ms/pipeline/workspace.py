@@ -84,14 +84,9 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 def artifact_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file in a stage's folder but its record, by path relative to it: files in
-    sub-folders too (the mindir stage's ``network_variables/data_0`` over 1 GB of weights). Python's
-    bytecode caches are not artifacts: a ``__pycache__`` that importing network.py by hand leaves is skipped."""
+    sub-folders too (the mindir stage's ``network_variables/data_0`` over 1 GB of weights)."""
     folder = Path(folder)
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and p != folder / RECORD and "__pycache__" not in p.relative_to(folder).parts
-    )
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / RECORD)
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in files}
 
 
