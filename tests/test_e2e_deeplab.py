@@ -49,11 +49,13 @@ def convert(recipe: Path, out: Path) -> subprocess.CompletedProcess:
 
 
 def small(name: str, folder: Path, **model) -> Path:
-    """The shipped recipe ``name`` at 128x128, one sample, 3 timed runs (``model`` replaces its model)."""
+    """The shipped recipe ``name`` at 128x128, one sample, 3 timed runs (``model`` replaces its model),
+    with ``compile.graph_kernel: auto``: both compiled variants built, timed and decided between
+    (the shipped DeepLabV3+ recipe keeps the plain graph, measured faster there)."""
     data = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text())
     data["inputs"][0]["shape"] = [1, 3, 128, 128]
     data["check"]["samples"] = 1
-    data["compile"].update(warmup=1, runs=3)
+    data["compile"].update(warmup=1, runs=3, graph_kernel="auto")
     data["model"] = model or data["model"]
     recipe = folder / f"{name}.yaml"
     recipe.write_text(yaml.safe_dump(data))
@@ -104,7 +106,12 @@ def test_deeplabv3plus_end_to_end(deeplab_run):
     # batch-agnostic: no size in the code carries the batch as a number (torch2ms.codegen.batch)
     for stage in ("rebuild", "fold"):
         assert records[stage]["counts"]["batch"]["static_because"] is None, records[stage]["counts"]["batch"]
-    assert records["compile"]["extra"]["median_ms"] > 0 and records["compile"]["extra"]["pynative_median_ms"] > 0
+    compiled = records["compile"]["extra"]
+    assert compiled["median_ms"] > 0 and compiled["pynative_median_ms"] > 0
+    # graph_kernel: auto built both variants, timed them in alternating rounds and kept one
+    assert {"graph", "graph_kernel"} <= set(compiled["variants"]) and compiled["chosen"] in compiled["variants"]
+    assert compiled["variants"]["graph_kernel"]["runs"] == compiled["variants"]["graph"]["runs"]
+    assert compiled["decision"]["rounds"] == compiled["variants"]["graph"]["runs"] >= 1
     assert (root / "mindir" / "network.mindir").stat().st_size > 1_000_000
     for col in ("stage", "status", "seconds", "max abs err", "max rel err", "cosine"):
         assert col in first.stdout
