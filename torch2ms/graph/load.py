@@ -11,7 +11,7 @@ MindSpore code only contains real computation.
 ONNX's own shape inference (strict, with data propagation) would cost far less: 0.1 s against
 2.3 s for DeepLabV3+ at 512x512. It was tried in place of the run, with that run kept only where
 the inference left a shape unknown, and dropped (2026-11-29, onnx 1.23.2, onnxruntime 1.32).
-Over make test's graph loads, 13 of the 4354 shapes it gave were wrong: pooling with ceil_mode
+Over make test's graph loads, 13 of the 4354 it inferred whole had a wrong shape: pooling with ceil_mode
 whose last window would start in the padding (ONNX counts that window; onnxruntime and PyTorch
 drop it), and DFT/STFT (8 frequency bins where the onesided output has 5). A further 56 graphs
 were accepted that onnxruntime cannot run, and a load at a second batch size needs that run: it
