@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # of what the workers ran (tests/conftest.py).
 TEST_WORKERS ?= 2
 # make's commands run as Python does by default, writing a module's .pyc where none is: an environment
-# with PYTHONDONTWRITEBYTECODE=1 (this machine's) hid that importing network.py wrote a __pycache__ into
+# with PYTHONDONTWRITEBYTECODE=1 (the development machines') hid that importing network.py wrote a __pycache__ into
 # stage folders, which their records hashed (4c58898). Writing them only on first import instead of
 # --compile-bytecode below was no faster: set-up 38 -> 14 s, pytest 383 -> 405 s (fresh clones, one after
 # the other; the suite imports 8061 modules, some in several processes at once).
