@@ -22,7 +22,7 @@ TEST_WORKERS ?= 2
 # the other; the suite imports 8061 modules, some in several processes at once).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv convert lint test test-slow test-avx2 zoo bench clean
+.PHONY: venv convert lint test test-slow test-avx2 zoo bench conformance clean
 
 # uv installs what pip would (the same versions, from the same registry) in a third of the time: from a
 # fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). --compile-bytecode
@@ -63,6 +63,10 @@ zoo: $(ZOO_STAMP)
 
 bench: venv
 	$(BIN)/torch2ms bench --recipe $(RECIPE)
+
+# ONNX's backend node cases through the conversion (all 1884, a few minutes): rewrites docs/conformance.md.
+conformance: venv
+	cd tests && ../$(BIN)/python -m conformance.harness --write ../docs/conformance.md
 
 clean:
 	rm -rf runs dist .pytest_cache

@@ -172,7 +172,6 @@ def _append(path: Path, text: str) -> None:
     [
         "commands/convert.py",
         "cli_app.py",
-        "tools/conformance.py",
         "tools/ops_table.py",
         "zoo/launch.py",
         "bench/core.py",

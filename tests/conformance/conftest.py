@@ -8,22 +8,22 @@ import os
 
 import pytest
 
-from torch2ms.tools import conformance
+from conformance import harness, table
 
 WORKERS = int(os.environ.get("TORCH2MS_CONFORMANCE_WORKERS", "2"))
 # case name -> Outcome, for every case run in this session
-OUTCOMES: dict[str, conformance.Outcome] = {}
-_CASES: list[conformance.Case] = []
+OUTCOMES: dict[str, harness.Outcome] = {}
+_CASES: list[harness.Case] = []
 
 
-def all_cases() -> list[conformance.Case]:
+def all_cases() -> list[harness.Case]:
     if not _CASES:
-        _CASES.extend(conformance.cached_cases())
+        _CASES.extend(harness.cached_cases())
     return _CASES
 
 
 @pytest.fixture(scope="session")
-def outcomes(request) -> dict[str, conformance.Outcome]:
+def outcomes(request) -> dict[str, harness.Outcome]:
     """Outcomes of every case a selected test asks for (``needs_cases`` marker or a ``case``
     parameter), computed once per session."""
     wanted: set[str] = set()
@@ -35,7 +35,7 @@ def outcomes(request) -> dict[str, conformance.Outcome]:
         if callspec is not None and "case" in callspec.params and item.path.parent.name == "conformance":
             wanted.add(callspec.params["case"])
     todo = [c for c in all_cases() if c.name in wanted and c.name not in OUTCOMES]
-    OUTCOMES.update(conformance.run_cases(todo, workers=WORKERS))
+    OUTCOMES.update(harness.run_cases(todo, workers=WORKERS))
     return OUTCOMES
 
 
@@ -46,7 +46,7 @@ def pytest_configure(config):
 def pytest_terminal_summary(terminalreporter):
     if not OUTCOMES:
         return
-    tally = conformance.Tally.of(OUTCOMES.values())
+    tally = table.Tally.of(OUTCOMES.values())
     terminalreporter.write_sep("-", "ONNX conformance cases")
     terminalreporter.write_line(tally.line())
     for cause, n in tally.causes.items():

@@ -1,5 +1,5 @@
 """ONNX's own backend node test cases through torch2ms's conversion path (how each one is run and
-judged: ``torch2ms/tools/conformance.py``).
+judged: ``tests/conformance/harness.py``).
 
 One test per case. It fails when the case is *wrong* (an output differs from the case's expected
 one: value beyond its rtol/atol, shape or dtype) or *crashes* (any exception that is not a
@@ -9,7 +9,7 @@ docs/conformance.md, not failed. A case in ``ONNX_REFERENCE_DIFFERS`` must inste
 *pass-vs-onnxruntime* (ONNX's expected output and onnxruntime's disagree, torch2ms matches
 onnxruntime), and no other case may.
 
-``make test`` runs ``conformance.default_subset``: every case of an op type torch2ms has a
+``make test`` runs ``table.default_subset``: every case of an op type torch2ms has a
 converter for, and the first case of every other op type (about 800 of 1884 cases, ~1 min on 2
 workers). ``test_case_slow`` covers all 1884 and is marked slow (``make test-slow``).
 
@@ -29,15 +29,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conformance import harness, table
 from conformance.conftest import all_cases
-from torch2ms.tools import conformance
-from torch2ms.tools.conformance import STATUSES
+from conformance.harness import STATUSES
 
 CASES = all_cases()
-DEFAULT = conformance.default_subset(CASES)
+DEFAULT = table.default_subset(CASES)
 
 
-def _explain(o: conformance.Outcome) -> str:
+def _explain(o: harness.Outcome) -> str:
     return f"{o.name} ({o.op_type}) {o.status}: {o.reason}" + (f"\n  note: {o.note}" if o.note else "")
 
 
@@ -64,7 +64,7 @@ def _param(name: str):
     return name
 
 
-def _judge(o: conformance.Outcome) -> None:
+def _judge(o: harness.Outcome) -> None:
     if o.name in ONNX_REFERENCE_DIFFERS:
         assert o.status == "pass-vs-onnxruntime", _explain(o)
     else:
@@ -95,17 +95,17 @@ def test_pytorch_agrees_with_onnxruntime_where_onnx_differs(name):
     model.ParseFromString(case.model)
     inits = {t.name for t in model.graph.initializer}
     feeds = dict(zip([i.name for i in model.graph.input if i.name not in inits], case.inputs))
-    ort_out = conformance._onnxruntime_outputs(model, feeds)
+    ort_out = harness._onnxruntime_outputs(model, feeds)
     assert ort_out is not None
-    assert conformance.compare(ort_out, list(case.outputs), case.rtol, case.atol)  # ONNX differs
+    assert harness.compare(ort_out, list(case.outputs), case.rtol, case.atol)  # ONNX differs
     x, scales = case.inputs[0], case.inputs[-1]
     assert scales[0] == scales[1] == 1 and scales[2] == scales[3]
     mode = "bicubic" if "cubic" in name else "bilinear"
     torch_out = F.interpolate(torch.from_numpy(x), scale_factor=float(scales[2]), mode=mode, align_corners=True)
-    assert not conformance.compare([torch_out.numpy()], ort_out, case.rtol, case.atol)
+    assert not harness.compare([torch_out.numpy()], ort_out, case.rtol, case.atol)
 
 
-def _relu_case(expected: np.ndarray) -> tuple[conformance.Case, object, dict]:
+def _relu_case(expected: np.ndarray) -> tuple[harness.Case, object, dict]:
     import onnx
     from onnx import helper
 
@@ -116,7 +116,7 @@ def _relu_case(expected: np.ndarray) -> tuple[conformance.Case, object, dict]:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     x = np.array([-1.0, 0.5, 2.0], np.float32)
-    case = conformance.Case("test_fake", "Relu", model.SerializeToString(), (x,), (expected,), 1e-3, 1e-7)
+    case = harness.Case("test_fake", "Relu", model.SerializeToString(), (x,), (expected,), 1e-3, 1e-7)
     return case, model, {"x": x}
 
 
@@ -134,9 +134,9 @@ def _relu_case(expected: np.ndarray) -> tuple[conformance.Case, object, dict]:
 def test_a_difference_counts_as_pass_vs_onnxruntime_only_if_onnxruntime_matches(expected, actual, status):
     case, model, feeds = _relu_case(np.array(expected, np.float32))
     actual = [np.array(actual, np.float32)]
-    problem = conformance.compare(actual, list(case.outputs), case.rtol, case.atol)
+    problem = harness.compare(actual, list(case.outputs), case.rtol, case.atol)
     assert problem
-    got, reason = conformance._judge_by_onnxruntime(model, feeds, actual, case, problem)
+    got, reason = harness._judge_by_onnxruntime(model, feeds, actual, case, problem)
     assert got == status
     assert problem in reason
 
@@ -145,7 +145,7 @@ def test_a_model_onnxruntime_cannot_run_is_wrong_not_pass_vs_onnxruntime():
     case, model, feeds = _relu_case(np.array([0.0, 0.5, 3.0], np.float32))
     model.graph.node[0].op_type = "NoSuchOp"
     actual = [np.array([0.0, 0.5, 2.0], np.float32)]
-    assert conformance._judge_by_onnxruntime(model, feeds, actual, case, "differs") == ("wrong", "differs")
+    assert harness._judge_by_onnxruntime(model, feeds, actual, case, "differs") == ("wrong", "differs")
 
 
 def test_every_case_has_an_op_and_data():
@@ -157,12 +157,12 @@ def test_every_case_has_an_op_and_data():
 
 
 def test_refusal_causes_cover_the_loader_and_converter_messages():
-    assert conformance.cause_of("opset 9 is outside the supported range 11-23") == "opset"
-    assert conformance.cause_of("Acos: no converter") == "no converter"
-    assert conformance.cause_of("NonZero: refused: output shape depends on the data") == "op refused by design"
-    assert conformance.cause_of("MindSpore has no tensor type for input 'x' (float8e4m3fn)") == "dtype"
-    assert conformance.cause_of("Reshape: shape (input 1) must be a constant") == "input must be a constant"
-    assert conformance.cause_of("Resize: mode='cubic' not supported") == "attribute or value"
+    assert table.cause_of("opset 9 is outside the supported range 11-23") == "opset"
+    assert table.cause_of("Acos: no converter") == "no converter"
+    assert table.cause_of("NonZero: refused: output shape depends on the data") == "op refused by design"
+    assert table.cause_of("MindSpore has no tensor type for input 'x' (float8e4m3fn)") == "dtype"
+    assert table.cause_of("Reshape: shape (input 1) must be a constant") == "input must be a constant"
+    assert table.cause_of("Resize: mode='cubic' not supported") == "attribute or value"
 
 
 @pytest.mark.parametrize(
@@ -179,10 +179,10 @@ def test_refusal_causes_cover_the_loader_and_converter_messages():
 def test_compare_judges_like_onnx_backend_runner(actual, expected, problem):
     a = np.asarray(actual, np.float32) if isinstance(actual, list) else actual
     r = np.asarray(expected, np.float32) if isinstance(expected, list) else expected
-    got = conformance.compare([a], [r], 1e-3, 1e-7)
+    got = harness.compare([a], [r], 1e-3, 1e-7)
     assert (problem in got) if problem else got == "", got
 
 
 def test_statuses_are_the_five_documented():
     assert STATUSES == ("pass", "pass-vs-onnxruntime", "refused", "wrong", "crash")
-    assert all(f"``{s}``" in conformance.__doc__ for s in STATUSES)
+    assert all(f"``{s}``" in harness.__doc__ for s in STATUSES)

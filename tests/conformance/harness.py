@@ -39,7 +39,7 @@ would export them; it passes as ``constant inputs`` only if some node still reac
 (if the whole graph then folds into a constant, nothing of torch2ms was tested and the case
 stays refused).
 
-Cases run in worker processes (``python -m torch2ms.tools.conformance --worker``), each in its own
+Cases run in worker processes (``python -m conformance.harness --worker``, with ``tests/`` on the path), each in its own
 temporary folder, so MindSpore's caches, a stray ``set_context`` or a segfault in one case
 cannot change the next. A worker serves ``RECYCLE`` cases and is replaced; a case that ends
 ``wrong`` or ``crash`` is run again alone in a fresh worker, and that result is the one kept
@@ -63,8 +63,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from torch2ms.pipeline import markdown
 
 STATUSES = ("pass", "pass-vs-onnxruntime", "refused", "wrong", "crash")
 # Cases one worker process runs before it is replaced. Each new worker spends ~2 s of CPU importing
@@ -136,7 +134,7 @@ def cached_cases() -> list[Case]:
     import onnx
 
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch2ms"
-    path = root / f"onnx-node-cases-{onnx.__version__}-numpy-{np.__version__}-v1.pkl"
+    path = root / f"onnx-node-cases-{onnx.__version__}-numpy-{np.__version__}-v2.pkl"
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
@@ -475,10 +473,11 @@ class Worker:
     def __init__(self):
         env = dict(os.environ)
         env.setdefault("GLOG_v", "3")
-        root = str(Path(__file__).resolve().parents[2])  # the folder holding the torch2ms package
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        here = Path(__file__).resolve()
+        roots = [str(here.parents[2]), str(here.parents[1])]  # the repository (torch2ms) and tests/ (this package)
+        env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch2ms.tools.conformance", "--worker"],
+            [sys.executable, "-m", "conformance.harness", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -591,233 +590,47 @@ def run_cases(
     return {c.name: outcomes[c.name] for c in cases}
 
 
-# --- what the default test run takes, the tally, the table ---
+def main(argv: list[str]) -> int:
+    """``python -m conformance.harness --write docs/conformance.md`` (from ``tests/``; ``make conformance``):
+    run every case and write the table; ``--worker`` serves cases to ``run_cases``."""
+    import argparse
 
-MARKDOWN_FILE = "docs/conformance.md"
+    if argv == ["--worker"]:
+        from conformance import harness  # by its name: outcomes pickle as conformance.harness.Outcome
 
+        harness.worker_main()
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m conformance.harness")
+    parser.add_argument("--write", type=Path, help="write the table here (docs/conformance.md)")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    from conformance import table
 
-def default_subset(cases: list[Case]) -> set[str]:
-    """The cases ``make test`` runs: every case of an op type torch2ms has a converter for (where
-    a wrong result or a crash can be), and the first case of every other op type (its refusal
-    must be clean)."""
-    from torch2ms.converters.registry import registrations
-
-    converted = {r.op_type for r in registrations() if not r.domain}
-    chosen, seen = set(), set()
-    for c in cases:
-        if c.op_type in converted or c.op_type not in seen:
-            chosen.add(c.name)
-        seen.add(c.op_type)
-    return chosen
-
-
-# Why a case was refused, by the first matching pattern of its reason.
-CAUSES = [
-    ("opset", r"opset \d+ is outside the supported range|needs opset >="),
-    ("domain", r"outside the default ONNX domain|imports no default-domain opset"),
-    ("dtype", r"MindSpore has no tensor type|dtype \w+ not supported|ONNX dtype \d+ not supported"),
-    ("sequence or optional value", r"is (a sequence|an optional|a map) value|sequence or optional value"),
-    ("onnxruntime cannot run it", r"onnxruntime \(which torch2ms runs"),
-    ("op refused by design", r"refused: "),
-    ("no converter", r"no converter"),
-    ("input must be a constant", r"must be a constant"),
-]
-
-
-def cause_of(reason: str) -> str:
-    """The refusal cause a reason falls under (``CAUSES``), else 'attribute or value'."""
-    for cause, pattern in CAUSES:
-        if re.search(pattern, reason):
-            return cause
-    return "attribute or value"
-
-
-def fingerprint(cases: list[Case]) -> dict:
-    """What decides which ops the table lists and which have converters: when it changes, the
-    table must be regenerated (``tests/conformance`` checks)."""
-    import hashlib
-
-    import onnx
-
-    from torch2ms.converters.registry import refusals, registrations
-    from torch2ms.graph.load import SUPPORTED_OPSETS
-
-    listing = "\n".join(f"{c.name}:{c.op_type}" for c in cases)
-    return {
-        "onnx": onnx.__version__,
-        "cases": len(cases),
-        "cases_sha256": hashlib.sha256(listing.encode()).hexdigest()[:16],
-        "opsets": [SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1],
-        "converters": sorted({f"{r.domain + '.' if r.domain else ''}{r.op_type}@{r.since}" for r in registrations()}),
-        "refused_ops": sorted(refusals()),
-    }
-
-
-def read_fingerprint(text: str) -> dict | None:
-    import json
-
-    m = re.search(r"<!-- fingerprint: (\{.*\}) -->", text)
-    return json.loads(m.group(1)) if m else None
-
-
-@dataclass
-class Tally:
-    status: dict[str, int]
-    how: dict[str, int]
-    causes: dict[str, int]
-
-    @classmethod
-    def of(cls, outcomes: Iterable[Outcome]) -> Tally:
-        outcomes = list(outcomes)
-        status = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
-        how: dict[str, int] = {}
-        causes: dict[str, int] = {}
-        for o in outcomes:
-            if o.status == "pass":
-                how[o.how] = how.get(o.how, 0) + 1
-            elif o.status == "refused":
-                c = cause_of(o.reason)
-                causes[c] = causes.get(c, 0) + 1
-        return cls(status, how, dict(sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))))
-
-    def line(self) -> str:
-        s = self.status
-        ways = ", ".join(f"{n} {h}" for h, n in sorted(self.how.items()))
-        return (
-            f"{sum(s.values())} cases: {s['pass']} pass ({ways or 'none'}), "
-            f"{s['pass-vs-onnxruntime']} pass-vs-onnxruntime, {s['refused']} refused, "
-            f"{s['wrong']} wrong, {s['crash']} crash"
-        )
-
-
-def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
-    """docs/conformance.md from the outcomes of every case."""
-    import json
-
-    import onnx
-
-    from torch2ms.graph.load import SUPPORTED_OPSETS
-
-    missing = [c.name for c in cases if c.name not in outcomes]
-    if missing:
-        raise ValueError(f"{len(missing)} cases have no outcome (first: {missing[0]})")
-    tally = Tally.of(outcomes[c.name] for c in cases)
-    lo, hi = SUPPORTED_OPSETS.start, SUPPORTED_OPSETS.stop - 1
-    lines = [
-        "# ONNX conformance",
-        "",
-        f"<!-- fingerprint: {json.dumps(fingerprint(cases), separators=(',', ':'))} -->",
-        "",
-        "Generated by `torch2ms ops --conformance --write docs/conformance.md`; do not edit by hand",
-        "(`tests/conformance` fails when the converters or the cases changed since it was written).",
-        "",
-        f"ONNX's own backend node test cases (onnx {onnx.__version__}, `collect_testcases()`), each converted",
-        "by torch2ms as `torch2ms convert` converts a model (loader, rebuild passes, converters, generated",
-        "`network.py` + checkpoint) and run in MindSpore PyNative mode; outputs compared with the case's expected",
-        "ones like ONNX's backend runner (same count, shape and dtype, then `assert_allclose` with the case's",
-        "rtol/atol). `torch2ms/tools/conformance.py` says how; `tests/conformance` runs them (a subset in `make test`,",
-        "all of them with `make test-slow`).",
-        "",
-        "- **pass**: *converted* as the case is; with *constant inputs* when a converter needs an input to be a",
-        "  constant (Reshape's shape, Resize's scales, ... fed as graph inputs) and the case passes with exactly",
-        "  those inputs baked in as initializers, as a model exported with static shapes has them; *folded* when",
-        "  the loader folded the whole graph into a constant (a Shape of a static input), so no converter ran.",
-        "- **pass-vs-onnxruntime**: an output differs from the case's expected one, but onnxruntime on the same",
-        "  model and inputs differs from it too and torch2ms matches onnxruntime (the oracle the pipeline checks",
-        "  against): ONNX's reference implementation and onnxruntime disagree. Counted apart from pass and listed",
-        "  below with ONNX's difference.",
-        f"- **refused**: torch2ms declines with a reason: opset outside {lo}-{hi}, a dtype MindSpore lacks, no",
-        "  converter, an attribute value a converter cannot express, ...",
-        "- **wrong** (an output differs) and **crash** (any other exception) are bugs: the goal is none.",
-        "",
-        "## Totals",
-        "",
-        *_totals(tally),
-        "",
-        "## Why cases are refused",
-        "",
-        *markdown.table(("cause", "cases"), tally.causes.items()),
-    ]
-    lines += _disagreements_and_bugs([outcomes[c.name] for c in cases])
-    lines += [
-        "",
-        "## Per op type",
-        "",
-        "*converter*: yes (registered), refused (declared refused on purpose), no. *refusals*: the most common",
-        "reasons, with their number of cases.",
-        "",
-        *_per_op(cases, outcomes),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _totals(tally: Tally) -> list[str]:
-    s, how = tally.status, tally.how
-    header = (
-        "cases",
-        "pass",
-        "converted",
-        "constant inputs",
-        "folded",
-        "pass-vs-onnxruntime",
-        "refused",
-        "wrong",
-        "crash",
-    )
-    row = (sum(s.values()), s["pass"], how.get("converted", 0), how.get("constant inputs", 0), how.get("folded", 0))
-    row += (s["pass-vs-onnxruntime"], s["refused"], s["wrong"], s["crash"])
-    return markdown.table(header, [row])
-
-
-def _disagreements_and_bugs(outs: list[Outcome]) -> list[str]:
-    bugs = [o for o in outs if o.status in ("wrong", "crash")]
-    differ = [o for o in outs if o.status == "pass-vs-onnxruntime"]
-    lines = ["", "## Where ONNX's reference and onnxruntime disagree (pass-vs-onnxruntime)", ""]
-    if differ:
-        header = ("case", "op", "ONNX's expected output vs torch2ms (= onnxruntime)")
-        lines += markdown.table(header, [(o.name, o.op_type, markdown.cell(o.reason, 300)) for o in differ])
+    cases = cached_cases()
+    outcomes = run_cases(cases, workers=args.workers, progress=_progress(len(cases)))
+    text = table.render_markdown(cases, outcomes)
+    if args.write is None:
+        sys.stdout.write(text)
     else:
-        lines.append("None.")
-    lines += ["", "## Wrong and crash", ""]
-    if bugs:
-        header = ("case", "op", "status", "what happened")
-        lines += markdown.table(header, [(o.name, o.op_type, o.status, markdown.cell(o.reason, 300)) for o in bugs])
-    else:
-        lines.append("None.")
-    return lines
+        from torch2ms.pipeline.workspace import atomic_write_text
+
+        atomic_write_text(args.write, text)
+        print(f"wrote {args.write}: {table.Tally.of(outcomes.values()).line()}", file=sys.stderr)
+    return 0
 
 
-def _per_op(cases: list[Case], outcomes: dict[str, Outcome]) -> list[str]:
-    """One row per op type: its converter, its cases by status, its most common refusals."""
-    from torch2ms.converters.registry import refusals, registrations
+def _progress(total: int) -> Callable[[Outcome], None]:
+    done = [0]
 
-    converted = {r.op_type for r in registrations() if not r.domain}
-    refused_ops = refusals()
-    by_op: dict[str, list[Outcome]] = {}
-    for c in cases:
-        by_op.setdefault(c.op_type, []).append(outcomes[c.name])
-    rows = []
-    for op in sorted(by_op, key=lambda k: ("." in k, k.lower())):
-        outs = by_op[op]
-        conv = "yes" if op in converted else "refused" if op in refused_ops else "no"
-        n = {st: sum(o.status == st for o in outs) for st in STATUSES}
-        reasons: dict[str, int] = {}
-        for o in outs:
-            if o.status == "refused":
-                reasons[o.reason] = reasons.get(o.reason, 0) + 1
-        top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        text = "; ".join(f"{markdown.cell(r, 110)} ({k})" for r, k in top[:3]) + (
-            f"; {len(top) - 3} more" if len(top) > 3 else ""
-        )
-        rows.append((op, conv, len(outs), *(n[st] for st in STATUSES), markdown.cell(text, 400) if text else ""))
-    header = ("op", "converter", "cases", *STATUSES, "refusals")
-    return markdown.table(header, rows)
+    def progress(o: Outcome) -> None:
+        done[0] += 1
+        if o.status in ("wrong", "crash"):
+            print(f"{o.status}: {o.name} ({o.op_type}): {o.reason}", file=sys.stderr)
+        if done[0] % 200 == 0:
+            print(f"{done[0]}/{total} cases", file=sys.stderr)
+
+    return progress
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        from torch2ms.tools import conformance  # by its name: outcomes pickle as torch2ms.tools.conformance.Outcome
-
-        conformance.worker_main()
-    else:
-        sys.exit("usage: python -m torch2ms.tools.conformance --worker  (run cases with `torch2ms ops --conformance`)")
+    sys.exit(main(sys.argv[1:]))
