@@ -8,14 +8,11 @@ output the shape of every tensor and the value of every constant one, gives both
 shapes and the folded values; the constant nodes then leave the graph, so the generated
 MindSpore code only contains real computation.
 
-ONNX's own shape inference (strict, with data propagation) would cost far less: DeepLabV3+ at
-512x512 loaded in 0.35 s instead of 2.31 s. It was tried in place of the run, with that run kept only where
-the inference left a shape unknown, and dropped (2026-11-29, onnx 1.23.2, onnxruntime 1.32).
-Over make test's graph loads, 13 of the 4354 it inferred whole had a wrong shape: pooling with ceil_mode
-whose last window would start in the padding (ONNX counts that window; onnxruntime and PyTorch
-drop it), and DFT/STFT (8 frequency bins where the onesided output has 5). A further 56 graphs
-were accepted that onnxruntime cannot run, and a load at a second batch size needs that run: it
-is what shows the model takes the size (``torch2ms.codegen.batch``).
+Why onnxruntime and not ONNX's own shape inference, which is cheaper: the inference gets some
+shapes wrong where onnxruntime and PyTorch agree (ceil-mode pooling whose last window starts in
+the padding, onesided DFT/STFT), accepts graphs onnxruntime cannot run, and a load at a second
+batch size needs the run, since it is what shows the model takes the size
+(``torch2ms.codegen.batch``). The comparison: benchmarks/results/design_measurements.md.
 
 Before anything runs, ``check_model`` refuses by name what torch2ms cannot take, so that no
 model reaches onnxruntime or numpy only to fail there:

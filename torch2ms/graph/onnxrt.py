@@ -29,9 +29,8 @@ known place: at ``ORT_ENABLE_EXTENDED`` and above, a QDQ graph (QuantizeLinear -
 around Conv / MatMul / Gemm, as a quantization-aware PyTorch model exports) is fused into
 ``QLinearConv`` / ``QGemm`` / ``MatMulInteger``, and MLAS runs those with integer kernels chosen by
 the instruction set. Without VNNI (an AVX2-only AMD EPYC, or ``qemu-x86_64 -cpu Haswell``), the
-uint8 x int8 kernels add pairs of products into saturating 16-bit lanes: a 4x64 x 64x5
-``MatMulInteger`` is wrong in 10-12 of 20 outputs by up to ~2.7e4, and a fused QDQ Conv + Gemm
-model's outputs move by 0.06 (measured; with VNNI, as on an AVX-512 Xeon, they are exact).
+uint8 x int8 kernels add pairs of products into saturating 16-bit lanes, so their outputs are wrong
+where a VNNI CPU's are exact (figures: benchmarks/results/design_measurements.md).
 
 So the reference rule is: the **PyTorch model is the reference** for the export stage, and
 onnxruntime, checked against it, runs a graph that holds quantization ops at ``ORT_ENABLE_BASIC``
@@ -44,11 +43,11 @@ converting process, so it keeps no memory arena: the arena's blocks outlive the 
 
 **SHAPES** runs the model once, extended to output every tensor's shape and every constant's value,
 for a result read by name, where memory matters more than speed: no graph optimization (a tensor
-read by name stays the tensor of that node), no arena (DeepLabV3+ at 512x512: +1.3 GB resident
-after the run at batch 1, +2.5 GB at batch 2), no prepacked copy of the weights (MLAS keeps one per
-MatMul/Conv weight). Nodes run in index order (``ExecutionOrder.PRIORITY_BASED``): the default order
-runs the Shape nodes the loader appends only after the whole model, so every activation lives until
-the end (DeepLabV3+ at 512x512, batch 2: 2.96 GB peak, 1.15 GB in index order). The order changes
+read by name stays the tensor of that node), no arena (its blocks stay resident after the run), no
+prepacked copy of the weights (MLAS keeps one per MatMul/Conv weight). Nodes run in index order
+(``ExecutionOrder.PRIORITY_BASED``): the default order runs the Shape nodes the loader appends only
+after the whole model, so every activation lives until the end (the peaks of both orders:
+benchmarks/results/design_measurements.md). The order changes
 no value, since each node reads the same inputs either way: the folded constants and inferred
 shapes are identical (tests/test_load_order.py). Its errors reach the user inside torch2ms's own
 message, so onnxruntime logs only fatal ones.

@@ -1,7 +1,7 @@
 """Which of several compiled variants of a network is faster, from as few timed calls as decide it.
 
-The compile stage's ``graph_kernel: auto`` used to time each variant ``runs`` times one after the
-other (2 x 10 calls of ~1 s for DeepLabV3+ at 512x512). Here the variants are timed in rounds,
+The compile stage's ``graph_kernel: auto`` compares compiled variants whose calls can each take
+a second. The variants are timed in rounds,
 one call of each per round, the order alternating so that a drift of the machine's load falls on
 both. After ``min_rounds`` rounds and after each further one, the exact one-sided Mann-Whitney test
 asks whether the variant with the lower median is faster: ``p`` is the probability that its calls

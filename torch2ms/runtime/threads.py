@@ -2,9 +2,8 @@
 
 Why: each of them starts one thread per core by default, and each thread spins for a while when it
 waits. Two processes side by side on two cores (two zoo workers, two test workers) then run four
-to six spinning threads on two cores. Measured side by side on the 2-core Xeon, the CI zoo with
-``--jobs 2``: 156 s -> 118 s with one thread each; densenet121's export at 64x64 beside another
-worker 14.2 s -> 2.0 s (alone: 2.1 s).
+to six spinning threads on two cores, and each waits for the others (what one thread each saved:
+benchmarks/results/design_measurements.md).
 
 ``TORCH2MS_THREADS=N`` caps all three:
 
