@@ -347,7 +347,7 @@ def hard_model(kind: str, alpha: float = 1 / 6):
         import sys
 
         sys.path.insert(0, str(Path(__file__).parent))
-        from test_passes import conv_bn_model
+        from passes.graphs import conv_bn_model
 
         return conv_bn_model("HardSwish")
     node = helper.make_node("HardSigmoid", ["x"], ["y"], name="/gate/HardSigmoid", alpha=alpha, beta=0.5)
@@ -379,7 +379,7 @@ def test_hard_activation_expansion_must_not_fire_on_other_activations():
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_passes import conv_bn_model
+    from passes.graphs import conv_bn_model
 
     g = _graph(conv_bn_model("Relu"))
     run_passes(g, fold_passes())
