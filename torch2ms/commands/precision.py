@@ -36,7 +36,6 @@ def precision(
     check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md.
     With --int8, the same for INT8."""
     from torch2ms.package import precision as plan_mod
-    from torch2ms.package.targets import converter_lite_cfg
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
     from torch2ms.recipe import load_recipe
@@ -70,12 +69,26 @@ def precision(
         emulated = Fp16Emulator(onnx_path, ref_in, list(ref_out[0])).run()
         truth = plan_mod.true_fp16(r, ref_in, ref_out, emulated, result.root / writer_of("network.py", r))
         write_json(dest / "true_fp16.json", truth)
-    for name, text in plan_mod.bundle_files(plan).items():
-        (dest / name).write_text(text)
+    _write_plan(plan, r.name, dest, truth, with_json=out is not None)
+    _print_plan(plan, r.name, truth)
+    out_console.print(f"plan: {dest}", highlight=False)
+
+
+def _write_plan(plan: dict, name: str, dest: Path, truth: dict | None, with_json: bool) -> None:
+    """The bundle's fp16 files, converter_lite's settings and precision.md (and plan.json) in ``dest``."""
+    from torch2ms.package import precision as plan_mod
+    from torch2ms.package.targets import converter_lite_cfg
+
+    for file, text in plan_mod.bundle_files(plan).items():
+        (dest / file).write_text(text)
     (dest / "converter_lite.cfg").write_text(converter_lite_cfg("fp16", plan=plan))
-    (dest / "precision.md").write_text(plan_mod.plan_markdown(plan, r.name, truth))
-    if out is not None:
+    (dest / "precision.md").write_text(plan_mod.plan_markdown(plan, name, truth))
+    if with_json:
         (dest / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+
+
+def _print_plan(plan: dict, name: str, truth: dict | None) -> None:
+    """The plan against its bound, the layers kept, the most sensitive ones, and true fp16 if run."""
 
     def row(label: str, m: dict, k: int) -> str:
         task = f", {m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else ""
@@ -83,7 +96,7 @@ def precision(
 
     bound = plan["bound"]
     out_console.print(
-        f"fp16 plan for {r.name}: bound rel error <= {bound['fp16_rel_error']:g}"
+        f"fp16 plan for {name}: bound rel error <= {bound['fp16_rel_error']:g}"
         + (f", task agreement >= {bound['task_agreement']}" if bound["task_agreement"] is not None else ""),
         highlight=False,
     )
@@ -94,15 +107,13 @@ def precision(
     out_console.print(f"most sensitive layers (of {plan['layers']}), rel error with that layer alone in fp16:")
     for s in plan["sensitivity"][:ROWS]:
         out_console.print(f"  {s['error']!s:>10}  {s['op']:<20} {s['label']}", highlight=False)
-    if truth:
-        for engine, res in truth.items():
-            if "error" in res:
-                out_console.print(f"true fp16 ({engine}): not run: {res['error']}", highlight=False)
-                continue
-            for name, m in res["outputs"].items():
-                out_console.print(
-                    f"true fp16 ({engine}) output {name!r}: rel error {m['true_rel_error']}, emulated "
-                    f"{m['emulated_rel_error']}, emulated vs true {m['emulated_vs_true']}",
-                    highlight=False,
-                )
-    out_console.print(f"plan: {dest}", highlight=False)
+    for engine, res in (truth or {}).items():
+        if "error" in res:
+            out_console.print(f"true fp16 ({engine}): not run: {res['error']}", highlight=False)
+            continue
+        for output, m in res["outputs"].items():
+            out_console.print(
+                f"true fp16 ({engine}) output {output!r}: rel error {m['true_rel_error']}, emulated "
+                f"{m['emulated_rel_error']}, emulated vs true {m['emulated_vs_true']}",
+                highlight=False,
+            )

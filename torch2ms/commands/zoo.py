@@ -81,21 +81,12 @@ def zoo(
     """Convert every model of a zoo file in its own process; write summary.json/.md/.html.
 
     Exit 0 only if every selected model passed."""
-    from rich.live import Live
-
-    from torch2ms.zoo import ZooOptions, load_zoo, run_batch, select
+    from torch2ms.zoo import ZooOptions, load_zoo, select
     from torch2ms.zoo.disk import KEEP
-    from torch2ms.zoo.launch import kill_all
 
     old = _read_summary(compare, "--compare") if compare else None
     if zoo_file.suffix == ".json":
-        if old is None:
-            raise Torch2msError(
-                f"{zoo_file}: a summary.json is for --compare",
-                hint="torch2ms zoo NEW/summary.json --compare OLD/summary.json",
-            )
-        if _print_compare(old, _read_summary(zoo_file, "the zoo argument"), compare, zoo_file):
-            raise typer.Exit(EXIT_CHECK_FAILED)  # a model stopped passing
+        _compare_only(zoo_file, old, compare)
         return
     if keep not in KEEP:
         raise Torch2msError(f"--keep {keep!r}: choose {' or '.join(KEEP)}")
@@ -117,6 +108,38 @@ def zoo(
         keep=keep,
     )
     console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
+    data = _run_with_progress(models, opts, zoo_file)
+    _print_table(data)
+    paths = data["paths"]
+    console.print(
+        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s, {data['disk_mb']:.0f} MB on disk; summary: "
+        f"{paths['md']}  {paths['html']}  {paths['json']}"
+    )
+    if old is not None:
+        _print_compare(old, data, compare, paths["json"])
+    if data["passed"] != data["total"]:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _compare_only(summary: Path, old: dict | None, compare: Path | None) -> None:
+    """``torch2ms zoo NEW/summary.json --compare OLD/summary.json``: exit 1 when a model stopped passing."""
+    if old is None:
+        raise Torch2msError(
+            f"{summary}: a summary.json is for --compare",
+            hint="torch2ms zoo NEW/summary.json --compare OLD/summary.json",
+        )
+    if _print_compare(old, _read_summary(summary, "the zoo argument"), compare, summary):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _run_with_progress(models: list, opts, zoo_file: Path) -> dict:
+    """``run_batch`` with a live progress view and a line per finished model; Ctrl-C kills the workers
+    and exits 130 with how to resume."""
+    from rich.live import Live
+
+    from torch2ms.zoo import run_batch
+    from torch2ms.zoo.launch import kill_all
+
     live = {}
 
     def on_start(state) -> None:
@@ -131,7 +154,7 @@ def zoo(
         console.print(f"  {MARK.get(row.status, row.status)} {row.name}{extra}{reason}", highlight=False)
 
     try:
-        data = run_batch(
+        return run_batch(
             models,
             opts,
             str(zoo_file),
@@ -148,16 +171,6 @@ def zoo(
     finally:
         if "view" in live:
             live["view"].stop()
-    _print_table(data)
-    paths = data["paths"]
-    console.print(
-        f"[bold]{data['headline']}[/bold] in {data['seconds']:.0f} s, {data['disk_mb']:.0f} MB on disk; summary: "
-        f"{paths['md']}  {paths['html']}  {paths['json']}"
-    )
-    if old is not None:
-        _print_compare(old, data, compare, paths["json"])
-    if data["passed"] != data["total"]:
-        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 def _read_summary(path: Path, what: str) -> dict:
