@@ -18,9 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch2ms.conversion import PYNATIVE_CALLS
+from torch2ms.errors import StageFailed
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
-from torch2ms.runtime import latency, msutil
+from torch2ms.runtime import graph_kernel, latency, msutil
 from torch2ms.runtime.memory import release_freed
 
 # timed PyNative calls after the first: the speedup's reference, reported, not decided on
@@ -39,7 +40,13 @@ class CompileStage(Stage):
         speed = (
             f"{e.get('median_ms')} ms vs PyNative {e.get('pynative_median_ms')} ms ({e.get('speedup_vs_pynative')}x)"
         )
-        return f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
+        note = f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
+        failed = e.get("graph_kernel_failures") or []
+        if failed:
+            rule = e.get("graph_kernel_rule")
+            after = f"built with disable_cluster_ops={rule['disable_cluster_ops']}" if rule else "not built"
+            note += f"; graph kernel: AKG rejected {failed[0]['fused_op']}, {after}"
+        return note
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
@@ -50,22 +57,25 @@ class CompileStage(Stage):
 
         pynative = self._pynative(ctx, spec, inputs[0])
 
-        variants = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
-        cells, calls, first, last, warm = {}, {}, {}, {}, {}
-        for gk in variants:
-            key = "graph_kernel" if gk else "graph"
-            self._mode(ms, spec, gk)
-            cells[key] = msutil.build_network(src, f"compile_{key}")
-            calls[key] = self._call(ms, spec, cells[key], gk, inputs[0], last.setdefault(key, {}))
-            first[key] = latency.time_call(calls[key])  # compiles
-            warm[key] = self._warm_up(ms, spec, cells[key], gk, inputs)
+        wanted = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
+        cells, calls, first, last, warm, modes = {}, {}, {}, {}, {}, {}
+        fusion: dict = {"failures": []}
+        state = (cells, calls, first, last, warm)
+        for gk in wanted:
+            if not gk:
+                self._variant(ms, spec, src, "graph", None, inputs, state)
+                modes["graph"] = None
+                continue
+            flags = self._build(ms, ctx, spec, src, "graph_kernel", inputs, fusion, state)
+            if flags is not None:  # None under auto: it did not build (fusion["failures"] says why)
+                modes["graph_kernel"] = flags
         chosen, times, decision = latency.faster_variant(calls, spec.runs)
         for key in [k for k in cells if k != chosen]:
             del cells[key]
         calls.clear()
         release_freed()
         timings = {k: latency.summary(first[k], times[k]) for k in times}
-        self._mode(ms, spec, chosen == "graph_kernel")
+        self._mode(ms, spec, modes[chosen])
         # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
         # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
         # the next samples; the check compares the same samples as before, the rest run here.
@@ -82,10 +92,71 @@ class CompileStage(Stage):
             "pynative_median_ms": pynative["median_ms"],
             "speedup_vs_pynative": round(pynative["median_ms"] / timings[chosen]["median_ms"], 2),
             "variants": {"pynative_plain": pynative, **timings},
-            **({"decision": decision} if len(variants) > 1 else {}),
+            **({"decision": decision} if len(timings) > 1 else {}),
+            **self._fusion_record(spec, fusion),
         }
         write_json(out / "compile.json", extra)
         return StageOutput(outputs, extra=extra)
+
+    def _variant(self, ms, spec, src, key: str, flags: str | None, inputs: list, state) -> None:
+        """Builds one compiled variant (``flags`` None: the plain graph), makes its compiling first
+        call and its warm-up calls, and files them under ``key`` in ``state`` (cells, calls, first, last,
+        warm)."""
+        cells, calls, first, last, warm = state
+        self._mode(ms, spec, flags)
+        cells[key] = msutil.build_network(src, f"compile_{key}")
+        calls[key] = self._call(ms, spec, cells[key], flags, inputs[0], last.setdefault(key, {}))
+        first[key] = latency.time_call(calls[key])  # compiles
+        warm[key] = self._warm_up(ms, spec, cells[key], flags, inputs)
+
+    def _build(self, ms, ctx, spec, src, key: str, inputs: list, fusion: dict, state) -> str | None:
+        """The graph-kernel variant under the recipe's rules; returns the flags it built with. A build
+        or run that fails is recorded in ``fusion["failures"]``: under ``on`` it fails the stage, naming
+        the fused kernel, its module and the rule that keeps it out; under ``auto`` the build is tried
+        once more with that kernel's op types kept out (``disable_cluster_ops``), and None is returned
+        when that fails too."""
+        rule = None
+        for attempt in range(2):
+            flags = graph_kernel.flags(spec, rule)
+            try:
+                with graph_kernel.captured_stderr() as log:
+                    self._variant(ms, spec, src, key, flags, inputs, state)
+            except Exception as err:  # noqa: BLE001 - AKG's failures surface as RuntimeError/ValueError/TypeError
+                self._discard(key, state)
+                failure = {"variant": key, "flags": flags, **graph_kernel.describe_failure(err, "".join(log))}
+                fusion["failures"].append(failure)
+                ctx.log(f"compile: the graph-kernel build failed: {failure['fused_op']} ({failure['module']})")
+                if spec.graph_kernel == "on":
+                    raise StageFailed(*_on_failure(failure)) from None
+                if attempt or not failure["op_types"]:
+                    return None
+                rule = {"disable_cluster_ops": failure["op_types"]}
+                continue
+            if rule:
+                fusion["rule"] = {**rule, "because": fusion["failures"][-1]["fused_op"]}
+            fusion["flags"] = flags
+            fusion["rules"] = graph_kernel.rules(spec, rule)
+            return flags
+        return None
+
+    @staticmethod
+    def _discard(key: str, state) -> None:
+        for part in state:
+            part.pop(key, None)
+        release_freed()
+
+    @staticmethod
+    def _fusion_record(spec, fusion: dict) -> dict:
+        """compile.json's fusion entries: the flags and rules the graph-kernel variant built under, the
+        rule a retry added (``graph_kernel_rule``) and every failed build (``graph_kernel_failures``)."""
+        if spec.graph_kernel == "off":
+            return {}
+        out = {"graph_kernel_flags": fusion.get("flags"), "fusion_rules": fusion.get("rules")}
+        if fusion.get("rule"):
+            out["graph_kernel_rule"] = fusion["rule"]
+        if fusion["failures"]:
+            out["graph_kernel_failures"] = fusion["failures"]
+        return out
 
     @staticmethod
     def _pynative(ctx, spec, sample) -> dict:
@@ -104,7 +175,7 @@ class CompileStage(Stage):
         release_freed()
         return pynative
 
-    def _warm_up(self, ms, spec, cell, graph_kernel: bool, inputs: list) -> list:
+    def _warm_up(self, ms, spec, cell, flags: str | None, inputs: list) -> list:
         """``spec.warmup`` calls of a compiled ``cell`` after its first, each on the next sample
         (the first sample's outputs come from the timed calls), cycling when the samples run out.
         Returns the outputs of the samples after the first that a warm-up call ran, in order: the
@@ -113,25 +184,38 @@ class CompileStage(Stage):
         outputs: list = []
         for i in range(spec.warmup):
             box: dict = {}
-            self._call(ms, spec, cell, graph_kernel, rest[i % len(rest)], box)()
+            self._call(ms, spec, cell, flags, rest[i % len(rest)], box)()
             if len(inputs) > 1 and i < len(rest):
                 outputs.append(box["outputs"])
         return outputs
 
     @staticmethod
-    def _mode(ms, spec, graph_kernel: bool) -> None:
-        msutil.set_graph_mode(ms, graph_kernel, spec.graph_kernel_flags if graph_kernel else "", spec.jit_level)
+    def _mode(ms, spec, flags: str | None) -> None:
+        """GRAPH_MODE, with graph-kernel fusion under ``flags`` unless they are None (the plain graph)."""
+        msutil.set_graph_mode(ms, flags is not None, flags or "", spec.jit_level)
 
-    def _call(self, ms, spec, cell, graph_kernel: bool, sample, last: dict):
+    def _call(self, ms, spec, cell, flags: str | None, sample, last: dict):
         """One materialised call of ``cell`` under its own mode (the variants' calls interleave; a
         compiled cell keeps its graph when the context switches). Each call leaves its outputs, as
         arrays, in ``last["outputs"]`` (replacing the previous call's)."""
         args = [ms.Tensor(v) for v in sample.values()]
 
         def call():
-            self._mode(ms, spec, graph_kernel)
+            self._mode(ms, spec, flags)
             out = cell(*args)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             last["outputs"] = [o.asnumpy() for o in outs]
 
         return call
+
+
+def _on_failure(failure: dict) -> tuple[str, str]:
+    """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
+    ops = failure["op_types"]
+    where = f" in module {failure['module']!r}" if failure["module"] else ""
+    rule = f"compile.fusion.disable_cluster_ops: {ops}" if ops else "compile.graph_kernel: auto (or off)"
+    return (
+        f"stage 'compile': graph-kernel fusion failed on {failure['fused_op'] or 'a fused kernel'}{where} "
+        f"(scope {failure['scope']}): {failure['akg_error']}",
+        f"keep it out with {rule}, or set compile.graph_kernel: auto to record the failure and go on",
+    )
