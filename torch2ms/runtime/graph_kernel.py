@@ -11,10 +11,11 @@ render into one string here, and the compile stage's retry rule adds its op type
 parser of 2.10 (``enable_cluster_ops``, ``disable_cluster_ops``, ``disable_expand_ops``,
 ``disable_fusion_pattern``, ``opt_level`` in libmindspore_hardware_abstract.so).
 
-AKG compiles each fused kernel in a worker process and logs its error there; MindSpore's exception
-says only ``Response is empty``. So a build's stderr (file descriptor 2, which the workers inherit) is
-captured (``captured_stderr``) and a failure is read from both (``describe_failure``): the fused
-kernel (``Fused_Select_fusion_123``), the op types in its name, the scope of its first op
+AKG compiles each fused kernel in a build server and its worker processes, which log the error on
+their stdout; MindSpore's exception says only ``Response is empty``. So a build's output (file
+descriptors 1 and 2, which the server inherits) is captured (``captured_output``) and a failure is
+read from both (``describe_failure``): the fused kernel (``Fused_Gather_split_123``), its op types
+(the kernel description's ops, else the names in the kernel's name), the scope of its first op
 (``Default/bert-BertModel/.../Select-op12``) and so the PyTorch module path (network.py mirrors the
 module tree: ``bert.encoder``), and the first line of the error.
 """
@@ -77,33 +78,39 @@ def rules(spec, rule: dict | None = None) -> dict:
     return out
 
 
-_CAPTURE: list = []  # one file for the process: AKG's build server, forked once, keeps the descriptor 2 it got
+_CAPTURE: dict = {}  # a file per descriptor for the process: AKG's build server keeps the descriptors it got
 
 
 @contextlib.contextmanager
-def captured_stderr():
-    """Yields a list that holds, after the block, what was written to file descriptor 2 during it by
-    this process and the AKG processes it starts; the text goes on to the real stderr too. One file
-    serves every capture: MindSpore forks its AKG build server at the first graph-kernel build and
-    that server keeps writing to the descriptor it inherited."""
-    if not _CAPTURE:
-        _CAPTURE.append(tempfile.TemporaryFile(mode="w+b"))
-    fd = _CAPTURE[0].fileno()
+def captured_output():
+    """Yields a list that holds, after the block, what was written to file descriptors 1 and 2 during
+    it by this process and the AKG processes it starts (AKG's build server logs its errors to its
+    stdout); each text goes on to where it was going. One file per descriptor serves every capture:
+    MindSpore starts its AKG build server at the first graph-kernel build, and that server keeps
+    writing to the descriptors it inherited."""
     box: list[str] = []
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    start = os.lseek(fd, 0, os.SEEK_END)
-    os.dup2(fd, 2)
+    saved, starts = {}, {}
+    for fd in (1, 2):
+        if fd not in _CAPTURE:
+            _CAPTURE[fd] = tempfile.TemporaryFile(mode="w+b")
+        saved[fd] = os.dup(fd)
+        starts[fd] = os.lseek(_CAPTURE[fd].fileno(), 0, os.SEEK_END)
+        os.dup2(_CAPTURE[fd].fileno(), fd)
     try:
         yield box
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        end = os.fstat(fd).st_size
-        data = os.pread(fd, end - start, start) if end > start else b""
-        os.write(2, data)
-        box.append(data.decode(errors="replace"))
+        for fd in (1, 2):
+            os.dup2(saved[fd], fd)
+            os.close(saved[fd])
+            src = _CAPTURE[fd].fileno()
+            end = os.fstat(src).st_size
+            data = os.pread(src, end - starts[fd], starts[fd]) if end > starts[fd] else b""
+            os.write(fd, data)
+            box.append(data.decode(errors="replace"))
 
 
 def fused_op_types(fused_op: str) -> list[str]:

@@ -15,6 +15,11 @@ and ``min(runs, 3)`` more here when its record has none). Checked: compiled outp
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from torch2ms.conversion import PYNATIVE_CALLS
@@ -45,7 +50,7 @@ class CompileStage(Stage):
         if failed:
             rule = e.get("graph_kernel_rule")
             after = f"built with disable_cluster_ops={rule['disable_cluster_ops']}" if rule else "not built"
-            note += f"; graph kernel: AKG rejected {failed[0]['fused_op']}, {after}"
+            note += f"; graph kernel: AKG rejected {failed[0].get('fused_op')}, {after}"
         return note
 
     def run(self, ctx, out: Path) -> StageOutput:
@@ -56,17 +61,38 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         pynative = self._pynative(ctx, spec, inputs[0])
+        measured = self.measure(ms, spec, src, inputs, names, ctx.log)
+        if measured["fusion"].get("retry"):
+            measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log)
+        chosen, timings, fusion = measured["chosen"], measured["timings"], measured["fusion"]
+        extra = {
+            "source": src.name,
+            "chosen": chosen,
+            "compile_s": timings[chosen]["first_call_s"],
+            "median_ms": timings[chosen]["median_ms"],
+            "pynative_median_ms": pynative["median_ms"],
+            "speedup_vs_pynative": round(pynative["median_ms"] / timings[chosen]["median_ms"], 2),
+            "variants": {"pynative_plain": pynative, **timings},
+            **({"decision": measured["decision"]} if len(timings) > 1 else {}),
+            **self._fusion_record(spec, fusion),
+        }
+        write_json(out / "compile.json", extra)
+        return StageOutput(measured["outputs"], extra=extra)
 
+    def measure(self, ms, spec, src, inputs: list, names: list, log, rule: dict | None = None, failures=()) -> dict:
+        """Builds the variants ``graph_kernel`` asks for (the graph-kernel one under ``rule`` when given),
+        times them and runs the faster on every sample. Returns the chosen key, the timings, the decision,
+        the outputs per sample and the fusion record (``failures``: those before, then this run's)."""
         wanted = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
         cells, calls, first, last, warm, modes = {}, {}, {}, {}, {}, {}
-        fusion: dict = {"failures": []}
+        fusion: dict = {"failures": list(failures)}
         state = (cells, calls, first, last, warm)
         for gk in wanted:
             if not gk:
                 self._variant(ms, spec, src, "graph", None, inputs, state)
                 modes["graph"] = None
                 continue
-            flags = self._build(ms, ctx, spec, src, "graph_kernel", inputs, fusion, state)
+            flags = self._build(ms, spec, src, "graph_kernel", inputs, fusion, state, log, rule)
             if flags is not None:  # None under auto: it did not build (fusion["failures"] says why)
                 modes["graph_kernel"] = flags
         chosen, times, decision = latency.faster_variant(calls, spec.runs)
@@ -81,22 +107,9 @@ class CompileStage(Stage):
         # the next samples; the check compares the same samples as before, the rest run here.
         done = [last[chosen]["outputs"], *warm[chosen]]
         outputs = [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[chosen], inputs[len(done) :], names)
-        last.clear()
-        warm.clear()
+        cells.clear()
         ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
-        extra = {
-            "source": src.name,
-            "chosen": chosen,
-            "compile_s": timings[chosen]["first_call_s"],
-            "median_ms": timings[chosen]["median_ms"],
-            "pynative_median_ms": pynative["median_ms"],
-            "speedup_vs_pynative": round(pynative["median_ms"] / timings[chosen]["median_ms"], 2),
-            "variants": {"pynative_plain": pynative, **timings},
-            **({"decision": decision} if len(timings) > 1 else {}),
-            **self._fusion_record(spec, fusion),
-        }
-        write_json(out / "compile.json", extra)
-        return StageOutput(outputs, extra=extra)
+        return {"chosen": chosen, "timings": timings, "decision": decision, "outputs": outputs, "fusion": fusion}
 
     def _variant(self, ms, spec, src, key: str, flags: str | None, inputs: list, state) -> None:
         """Builds one compiled variant (``flags`` None: the plain graph), makes its compiling first
@@ -109,35 +122,31 @@ class CompileStage(Stage):
         first[key] = latency.time_call(calls[key])  # compiles
         warm[key] = self._warm_up(ms, spec, cells[key], flags, inputs)
 
-    def _build(self, ms, ctx, spec, src, key: str, inputs: list, fusion: dict, state) -> str | None:
-        """The graph-kernel variant under the recipe's rules; returns the flags it built with. A build
-        or run that fails is recorded in ``fusion["failures"]``: under ``on`` it fails the stage, naming
-        the fused kernel, its module and the rule that keeps it out; under ``auto`` the build is tried
-        once more with that kernel's op types kept out (``disable_cluster_ops``), and None is returned
-        when that fails too."""
-        rule = None
-        for attempt in range(2):
-            flags = graph_kernel.flags(spec, rule)
-            try:
-                with graph_kernel.captured_stderr() as log:
-                    self._variant(ms, spec, src, key, flags, inputs, state)
-            except Exception as err:  # noqa: BLE001 - AKG's failures surface as RuntimeError/ValueError/TypeError
-                self._discard(key, state)
-                failure = {"variant": key, "flags": flags, **graph_kernel.describe_failure(err, "".join(log))}
-                fusion["failures"].append(failure)
-                ctx.log(f"compile: the graph-kernel build failed: {failure['fused_op']} ({failure['module']})")
-                if spec.graph_kernel == "on":
-                    raise StageFailed(*_on_failure(failure)) from None
-                if attempt or not failure["op_types"]:
-                    return None
-                rule = {"disable_cluster_ops": failure["op_types"]}
-                continue
-            if rule:
-                fusion["rule"] = {**rule, "because": fusion["failures"][-1]["fused_op"]}
-            fusion["flags"] = flags
-            fusion["rules"] = graph_kernel.rules(spec, rule)
-            return flags
-        return None
+    def _build(self, ms, spec, src, key: str, inputs: list, fusion: dict, state, log, rule) -> str | None:
+        """The graph-kernel variant under the recipe's rules and ``rule``; returns the flags it built
+        with. A build or run that fails is recorded in ``fusion["failures"]``: under ``on`` it fails the
+        stage, naming the fused kernel, its module and the rule that keeps it out; under ``auto`` (and
+        no ``rule`` yet) ``fusion["retry"]`` gets that rule, the kernel's op types in
+        ``disable_cluster_ops``, and None is returned."""
+        flags = graph_kernel.flags(spec, rule)
+        try:
+            with graph_kernel.captured_output() as captured:
+                self._variant(ms, spec, src, key, flags, inputs, state)
+        except Exception as err:  # noqa: BLE001 - AKG's failures surface as RuntimeError/ValueError/TypeError
+            self._discard(key, state)
+            failure = {"variant": key, "flags": flags, **graph_kernel.describe_failure(err, "".join(captured))}
+            fusion["failures"].append(failure)
+            log(f"compile: the graph-kernel build failed: {failure['fused_op']} ({failure['module']})")
+            if spec.graph_kernel == "on":
+                raise StageFailed(*_on_failure(failure)) from None
+            if rule is None and failure["op_types"]:
+                fusion["retry"] = {"disable_cluster_ops": failure["op_types"]}
+            return None
+        if rule:
+            fusion["rule"] = {**rule, "because": fusion["failures"][-1]["fused_op"]}
+        fusion["flags"] = flags
+        fusion["rules"] = graph_kernel.rules(spec, rule)
+        return flags
 
     @staticmethod
     def _discard(key: str, state) -> None:
@@ -219,3 +228,50 @@ def _on_failure(failure: dict) -> tuple[str, str]:
         f"(scope {failure['scope']}): {failure['akg_error']}",
         f"keep it out with {rule}, or set compile.graph_kernel: auto to record the failure and go on",
     )
+
+
+def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log) -> dict:
+    """The compile stage's measurement again in a fresh process, the graph-kernel variant under
+    ``measured``'s retry rule. After AKG's failure this process cannot build graph kernels any more
+    (MindSpore's build client answers "Get response before Open() error"), while the plain graph
+    still builds. Returns the child's measurement, or ``measured`` (the plain graph's) with the
+    child's failure recorded when it gave none."""
+    fusion = measured["fusion"]
+    rule = fusion.pop("retry")
+    log(f"compile: building the graph-kernel variant again in a new process with {rule}")
+    with tempfile.TemporaryDirectory(prefix="torch2ms_compile_") as tmp:
+        job, result = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        with open(job, "wb") as f:
+            pickle.dump({"path": sys.path, "spec": spec, "src": src, "inputs": inputs, "names": names}, f)
+            pickle.dump({"rule": rule, "failures": fusion["failures"]}, f)
+        code = subprocess.run([sys.executable, "-m", "torch2ms.stages.compile", str(job), str(result)]).returncode
+        if code == 0 and result.exists():
+            with open(result, "rb") as f:
+                return pickle.load(f)
+    fusion["failures"].append(
+        {
+            "variant": "graph_kernel",
+            "flags": graph_kernel.flags(spec, rule),
+            "exception": f"retry process: status {code}",
+        }
+    )
+    return measured
+
+
+def _child(job: str, result: str) -> None:
+    """``python -m torch2ms.stages.compile JOB RESULT``: the measurement of ``graph_kernel_retry``."""
+    with open(job, "rb") as f:
+        head = pickle.load(f)
+        sys.path[:] = head["path"]
+        retry = pickle.load(f)
+    ms = msutil.mindspore()
+    measured = CompileStage().measure(
+        ms, head["spec"], head["src"], head["inputs"], head["names"], print, retry["rule"], retry["failures"]
+    )
+    with open(result + ".part", "wb") as f:
+        pickle.dump(measured, f)
+    os.replace(result + ".part", result)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2])
