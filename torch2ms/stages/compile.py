@@ -221,7 +221,8 @@ class CompileStage(Stage):
 def _on_failure(failure: dict) -> tuple[str, str]:
     """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
     ops = failure["op_types"]
-    where = f" in module {failure['module']!r}" if failure["module"] else ""
+    module = failure["module"]
+    where = f" in module {module!r}" if module else " in the top-level module" if module == "" else ""
     rule = f"compile.fusion.disable_cluster_ops: {ops}" if ops else "compile.graph_kernel: auto (or off)"
     return (
         f"stage 'compile': graph-kernel fusion failed on {failure['fused_op'] or 'a fused kernel'}{where} "
