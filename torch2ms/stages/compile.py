@@ -222,7 +222,8 @@ def _on_failure(failure: dict) -> tuple[str, str]:
     """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
     ops = failure["op_types"]
     module = failure["module"]
-    where = f" in module {module!r}" if module else " in the top-level module" if module == "" else ""
+    # MindSpore 2.10 names a fused kernel's ops without the cells above them (Default/Gather-op0)
+    where = f" in module {module!r}" if module else " (MindSpore's kernel description names no module)"
     rule = f"compile.fusion.disable_cluster_ops: {ops}" if ops else "compile.graph_kernel: auto (or off)"
     return (
         f"stage 'compile': graph-kernel fusion failed on {failure['fused_op'] or 'a fused kernel'}{where} "
