@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -280,14 +281,95 @@ class FoldSpec(_Strict):
     )
 
 
+_OP_TYPE = r"[A-Z][A-Za-z0-9]*"
+# Why exclude_modules is refused (docs/recipes.md, "Fusion rules"): MindSpore 2.10 reads its graph-kernel flags
+# once per compiled graph from MS_DEV_GRAPH_KERNEL_FLAGS (set_context(graph_kernel_flags=...) is deprecated for
+# it: mindspore/context.py), and GRAPH_MODE compiles the top cell with every sub-cell inlined; the one per-node
+# opt-out of clustering, the ``keep_basic`` node attribute, is set by backend passes only (mindspore/ccsrc
+# backend/common/graph_kernel/recognize_softmax_grad_ext.cc), with no Python API.
+_NO_MODULE_SCOPE = (
+    "MindSpore 2.10 cannot keep one module out of graph-kernel fusion: its flags apply to the whole compiled graph "
+    "(MS_DEV_GRAPH_KERNEL_FLAGS), GRAPH_MODE inlines every sub-cell into it, and the per-node opt-out "
+    "(keep_basic) has no Python API; keep that module's op types out with disable_cluster_ops instead"
+)
+
+
+class FusionSpec(_Strict):
+    """Graph-kernel fusion rules (MindSpore's MS_DEV_GRAPH_KERNEL_FLAGS, rendered by
+    ``torch2ms.runtime.graph_kernel.flags``): op types by their MindSpore primitive name (``Select``,
+    ``MatMul``, ``BiasAdd``), as the fused kernels' names (``Fused_Select_Add_fusion``) show them."""
+
+    enable_cluster_ops: tuple[str, ...] = Field(
+        default=(),
+        description="op types clustered into fused kernels besides MindSpore's defaults (--enable_cluster_ops)",
+    )
+    disable_cluster_ops: tuple[str, ...] = Field(
+        default=(), description="op types kept out of fused kernels (--disable_cluster_ops)"
+    )
+    disable_expand_ops: tuple[str, ...] = Field(
+        default=(),
+        description="composite op types not expanded into basic ops (--disable_expand_ops)",
+    )
+    disable_fusion_pattern: tuple[str, ...] = Field(
+        default=(), description="fusion patterns (passes) switched off by name (--disable_fusion_pattern)"
+    )
+    opt_level: int | None = Field(
+        default=None, ge=0, le=3, description="graph-kernel optimisation level, 0 (none) to 3 (--opt_level)"
+    )
+    exclude_modules: tuple[str, ...] = Field(
+        default=(),
+        description="module paths to keep out of fusion (the article's classifier head): refused, "
+        "MindSpore 2.10 cannot scope fusion to a module; give the op types in disable_cluster_ops",
+    )
+
+    @field_validator("enable_cluster_ops", "disable_cluster_ops", "disable_expand_ops", "disable_fusion_pattern")
+    @classmethod
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in v if not re.fullmatch(_OP_TYPE, n)]
+        if bad:
+            raise ValueError(f"{bad}: expected MindSpore op type names such as 'Select' or 'MatMul'")
+        return v
+
+    @field_validator("exclude_modules")
+    @classmethod
+    def _no_module_scope(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if v:
+            raise ValueError(f"{list(v)}: {_NO_MODULE_SCOPE}")
+        return v
+
+
 class CompileSpec(_Strict):
     graph_kernel: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: build with and without graph-kernel fusion, keep the faster"
     )
-    graph_kernel_flags: str = ""
+    graph_kernel_flags: str = Field(
+        default="",
+        description="MS_DEV_GRAPH_KERNEL_FLAGS as written ('--opt_level=2 --disable_cluster_ops=Select'); "
+        "compile.fusion's fields render into the same string and may not set a flag this sets too",
+    )
+    fusion: FusionSpec = Field(default_factory=FusionSpec)
     jit_level: Literal["O0", "O1", "O2"] | None = None
     warmup: int = Field(default=2, ge=0)
     runs: int = Field(default=10, ge=1)
+
+    @field_validator("graph_kernel_flags")
+    @classmethod
+    def _flags_form(cls, v: str) -> str:
+        from torch2ms.runtime.graph_kernel import parse_flags
+
+        parse_flags(v)
+        return v
+
+    @model_validator(mode="after")
+    def _flags_once(self):
+        from torch2ms.runtime.graph_kernel import parse_flags, typed_flags
+
+        both = sorted(set(parse_flags(self.graph_kernel_flags)) & set(typed_flags(self.fusion)))
+        if both:
+            raise ValueError(
+                f"graph_kernel_flags sets --{', --'.join(both)}, which compile.fusion sets too: give each in one place"
+            )
+        return self
 
 
 class MindirSpec(_Strict):

@@ -41,6 +41,7 @@ from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, bench_folders, l
 from torch2ms.compare import Tolerance, compare_outputs
 from torch2ms.pipeline.workspace import sha256_file, write_json
 from torch2ms.recipe import Recipe
+from torch2ms.runtime import graph_kernel
 
 
 @dataclass
@@ -203,7 +204,7 @@ def bench_batch(
     inputs, ref_out = split_reference(load_npz(folders["reference"] / "reference.npz"))
     names = list(ref_out[0])
     tol = Tolerance(recipe.check.rel_error, recipe.check.cosine, recipe.check.argmax_agreement)
-    settings = Settings(options.threads, recipe.compile.graph_kernel_flags, recipe.compile.jit_level)
+    settings = Settings(options.threads, graph_kernel.flags(recipe.compile), recipe.compile.jit_level)
     variants = [BY_KEY[k] for k in options.variants]
     results = {v.key: VariantResult(v.key, v.label) for v in variants}
     loaded = {}
@@ -330,7 +331,7 @@ def run_bench(recipe: Recipe, options: BenchOptions, log: Callable[[str], None] 
         "variants": {v.key: v.label for v in VARIANTS if v.key in options.variants},
         "batches": {},
     }
-    settings = Settings(options.threads, recipe.compile.graph_kernel_flags, recipe.compile.jit_level)
+    settings = Settings(options.threads, graph_kernel.flags(recipe.compile), recipe.compile.jit_level)
     folders_b1 = None
     for batch in options.batches:
         if batch == recipe_batch:

@@ -19,7 +19,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import aipp, compat, int8, targets
+from torch2ms.package import aipp, compat, fusion_switch, int8, targets
 from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
@@ -289,6 +289,7 @@ def build_bundle(
     manifest = _manifest(recipe, version, target, precision, (inputs, outputs, preprocess, tolerance), records, report)
     manifest.update(_plan_summaries(plan, int8_plan), files={})
     _add_detection_files(files, recipe, manifest)
+    fusion_switch.add(files, manifest, recipe, records, target.name)  # ATC's --fusion_switch_file
     # the opset model.onnx has: a newer one than export.opset when the export fell back to it
     opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
     apart = any(name.startswith(f"model/{mindir_layout.VARIABLES}/") for name in files)

@@ -15,12 +15,18 @@ and ``min(runs, 3)`` more here when its record has none). Checked: compiled outp
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from torch2ms.conversion import PYNATIVE_CALLS
+from torch2ms.errors import StageFailed
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
-from torch2ms.runtime import latency, msutil
+from torch2ms.runtime import graph_kernel, latency, msutil
 from torch2ms.runtime.memory import release_freed
 
 # timed PyNative calls after the first: the speedup's reference, reported, not decided on
@@ -39,7 +45,13 @@ class CompileStage(Stage):
         speed = (
             f"{e.get('median_ms')} ms vs PyNative {e.get('pynative_median_ms')} ms ({e.get('speedup_vs_pynative')}x)"
         )
-        return f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
+        note = f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
+        failed = e.get("graph_kernel_failures") or []
+        if failed:
+            rule = e.get("graph_kernel_rule")
+            after = f"built with disable_cluster_ops={rule['disable_cluster_ops']}" if rule else "not built"
+            note += f"; graph kernel: AKG rejected {failed[0].get('fused_op')}, {after}"
+        return note
 
     def run(self, ctx, out: Path) -> StageOutput:
         ms = msutil.mindspore()
@@ -49,31 +61,10 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         pynative = self._pynative(ctx, spec, inputs[0])
-
-        variants = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
-        cells, calls, first, last, warm = {}, {}, {}, {}, {}
-        for gk in variants:
-            key = "graph_kernel" if gk else "graph"
-            self._mode(ms, spec, gk)
-            cells[key] = msutil.build_network(src, f"compile_{key}")
-            calls[key] = self._call(ms, spec, cells[key], gk, inputs[0], last.setdefault(key, {}))
-            first[key] = latency.time_call(calls[key])  # compiles
-            warm[key] = self._warm_up(ms, spec, cells[key], gk, inputs)
-        chosen, times, decision = latency.faster_variant(calls, spec.runs)
-        for key in [k for k in cells if k != chosen]:
-            del cells[key]
-        calls.clear()
-        release_freed()
-        timings = {k: latency.summary(first[k], times[k]) for k in times}
-        self._mode(ms, spec, chosen == "graph_kernel")
-        # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
-        # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
-        # the next samples; the check compares the same samples as before, the rest run here.
-        done = [last[chosen]["outputs"], *warm[chosen]]
-        outputs = [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[chosen], inputs[len(done) :], names)
-        last.clear()
-        warm.clear()
-        ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
+        measured = self.measure(ms, spec, src, inputs, names, ctx.log)
+        if measured["fusion"].get("retry"):
+            measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log)
+        chosen, timings, fusion = measured["chosen"], measured["timings"], measured["fusion"]
         extra = {
             "source": src.name,
             "chosen": chosen,
@@ -82,10 +73,99 @@ class CompileStage(Stage):
             "pynative_median_ms": pynative["median_ms"],
             "speedup_vs_pynative": round(pynative["median_ms"] / timings[chosen]["median_ms"], 2),
             "variants": {"pynative_plain": pynative, **timings},
-            **({"decision": decision} if len(variants) > 1 else {}),
+            **({"decision": measured["decision"]} if len(timings) > 1 else {}),
+            **self._fusion_record(spec, fusion),
         }
         write_json(out / "compile.json", extra)
-        return StageOutput(outputs, extra=extra)
+        return StageOutput(measured["outputs"], extra=extra)
+
+    def measure(self, ms, spec, src, inputs: list, names: list, log, rule: dict | None = None, failures=()) -> dict:
+        """Builds the variants ``graph_kernel`` asks for (the graph-kernel one under ``rule`` when given),
+        times them and runs the faster on every sample. Returns the chosen key, the timings, the decision,
+        the outputs per sample and the fusion record (``failures``: those before, then this run's)."""
+        wanted = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
+        cells, calls, first, last, warm, modes = {}, {}, {}, {}, {}, {}
+        fusion: dict = {"failures": list(failures)}
+        state = (cells, calls, first, last, warm)
+        for gk in wanted:
+            if not gk:
+                self._variant(ms, spec, src, "graph", None, inputs, state)
+                modes["graph"] = None
+                continue
+            flags = self._build(ms, spec, src, "graph_kernel", inputs, fusion, state, log, rule)
+            if flags is not None:  # None under auto: it did not build (fusion["failures"] says why)
+                modes["graph_kernel"] = flags
+        chosen, times, decision = latency.faster_variant(calls, spec.runs)
+        for key in [k for k in cells if k != chosen]:
+            del cells[key]
+        calls.clear()
+        release_freed()
+        timings = {k: latency.summary(first[k], times[k]) for k in times}
+        self._mode(ms, spec, modes[chosen])
+        # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
+        # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
+        # the next samples; the check compares the same samples as before, the rest run here.
+        done = [last[chosen]["outputs"], *warm[chosen]]
+        outputs = [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[chosen], inputs[len(done) :], names)
+        cells.clear()
+        ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
+        return {"chosen": chosen, "timings": timings, "decision": decision, "outputs": outputs, "fusion": fusion}
+
+    def _variant(self, ms, spec, src, key: str, flags: str | None, inputs: list, state) -> None:
+        """Builds one compiled variant (``flags`` None: the plain graph), makes its compiling first
+        call and its warm-up calls, and files them under ``key`` in ``state`` (cells, calls, first, last,
+        warm)."""
+        cells, calls, first, last, warm = state
+        self._mode(ms, spec, flags)
+        cells[key] = msutil.build_network(src, f"compile_{key}")
+        calls[key] = self._call(ms, spec, cells[key], flags, inputs[0], last.setdefault(key, {}))
+        first[key] = latency.time_call(calls[key])  # compiles
+        warm[key] = self._warm_up(ms, spec, cells[key], flags, inputs)
+
+    def _build(self, ms, spec, src, key: str, inputs: list, fusion: dict, state, log, rule) -> str | None:
+        """The graph-kernel variant under the recipe's rules and ``rule``; returns the flags it built
+        with. A build or run that fails is recorded in ``fusion["failures"]``: under ``on`` it fails the
+        stage, naming the fused kernel, its module and the rule that keeps it out; under ``auto`` (and
+        no ``rule`` yet) ``fusion["retry"]`` gets that rule, the kernel's op types in
+        ``disable_cluster_ops``, and None is returned."""
+        flags = graph_kernel.flags(spec, rule)
+        try:
+            with graph_kernel.captured_output() as captured:
+                self._variant(ms, spec, src, key, flags, inputs, state)
+        except Exception as err:  # noqa: BLE001 - AKG's failures surface as RuntimeError/ValueError/TypeError
+            self._discard(key, state)
+            failure = {"variant": key, "flags": flags, **graph_kernel.describe_failure(err, "".join(captured))}
+            fusion["failures"].append(failure)
+            log(f"compile: the graph-kernel build failed: {failure['fused_op']} ({failure['module']})")
+            if spec.graph_kernel == "on":
+                raise StageFailed(*_on_failure(failure)) from None
+            if rule is None and failure["op_types"]:
+                fusion["retry"] = {"disable_cluster_ops": failure["op_types"]}
+            return None
+        if rule:
+            fusion["rule"] = {**rule, "because": fusion["failures"][-1]["fused_op"]}
+        fusion["flags"] = flags
+        fusion["rules"] = graph_kernel.rules(spec, rule)
+        return flags
+
+    @staticmethod
+    def _discard(key: str, state) -> None:
+        for part in state:
+            part.pop(key, None)
+        release_freed()
+
+    @staticmethod
+    def _fusion_record(spec, fusion: dict) -> dict:
+        """compile.json's fusion entries: the flags and rules the graph-kernel variant built under, the
+        rule a retry added (``graph_kernel_rule``) and every failed build (``graph_kernel_failures``)."""
+        if spec.graph_kernel == "off":
+            return {}
+        out = {"graph_kernel_flags": fusion.get("flags"), "fusion_rules": fusion.get("rules")}
+        if fusion.get("rule"):
+            out["graph_kernel_rule"] = fusion["rule"]
+        if fusion["failures"]:
+            out["graph_kernel_failures"] = fusion["failures"]
+        return out
 
     @staticmethod
     def _pynative(ctx, spec, sample) -> dict:
@@ -104,7 +184,7 @@ class CompileStage(Stage):
         release_freed()
         return pynative
 
-    def _warm_up(self, ms, spec, cell, graph_kernel: bool, inputs: list) -> list:
+    def _warm_up(self, ms, spec, cell, flags: str | None, inputs: list) -> list:
         """``spec.warmup`` calls of a compiled ``cell`` after its first, each on the next sample
         (the first sample's outputs come from the timed calls), cycling when the samples run out.
         Returns the outputs of the samples after the first that a warm-up call ran, in order: the
@@ -113,25 +193,87 @@ class CompileStage(Stage):
         outputs: list = []
         for i in range(spec.warmup):
             box: dict = {}
-            self._call(ms, spec, cell, graph_kernel, rest[i % len(rest)], box)()
+            self._call(ms, spec, cell, flags, rest[i % len(rest)], box)()
             if len(inputs) > 1 and i < len(rest):
                 outputs.append(box["outputs"])
         return outputs
 
     @staticmethod
-    def _mode(ms, spec, graph_kernel: bool) -> None:
-        msutil.set_graph_mode(ms, graph_kernel, spec.graph_kernel_flags if graph_kernel else "", spec.jit_level)
+    def _mode(ms, spec, flags: str | None) -> None:
+        """GRAPH_MODE, with graph-kernel fusion under ``flags`` unless they are None (the plain graph)."""
+        msutil.set_graph_mode(ms, flags is not None, flags or "", spec.jit_level)
 
-    def _call(self, ms, spec, cell, graph_kernel: bool, sample, last: dict):
+    def _call(self, ms, spec, cell, flags: str | None, sample, last: dict):
         """One materialised call of ``cell`` under its own mode (the variants' calls interleave; a
         compiled cell keeps its graph when the context switches). Each call leaves its outputs, as
         arrays, in ``last["outputs"]`` (replacing the previous call's)."""
         args = [ms.Tensor(v) for v in sample.values()]
 
         def call():
-            self._mode(ms, spec, graph_kernel)
+            self._mode(ms, spec, flags)
             out = cell(*args)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             last["outputs"] = [o.asnumpy() for o in outs]
 
         return call
+
+
+def _on_failure(failure: dict) -> tuple[str, str]:
+    """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
+    ops = failure["op_types"]
+    module = failure["module"]
+    # MindSpore 2.10 names a fused kernel's ops without the cells above them (Default/Gather-op0)
+    where = f" in module {module!r}" if module else " (MindSpore's kernel description names no module)"
+    rule = f"compile.fusion.disable_cluster_ops: {ops}" if ops else "compile.graph_kernel: auto (or off)"
+    return (
+        f"stage 'compile': graph-kernel fusion failed on {failure['fused_op'] or 'a fused kernel'}{where} "
+        f"(scope {failure['scope']}): {failure['akg_error']}",
+        f"keep it out with {rule}, or set compile.graph_kernel: auto to record the failure and go on",
+    )
+
+
+def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log) -> dict:
+    """The compile stage's measurement again in a fresh process, the graph-kernel variant under
+    ``measured``'s retry rule. After AKG's failure this process cannot build graph kernels any more
+    (MindSpore's build client answers "Get response before Open() error"), while the plain graph
+    still builds. Returns the child's measurement, or ``measured`` (the plain graph's) with the
+    child's failure recorded when it gave none."""
+    fusion = measured["fusion"]
+    rule = fusion.pop("retry")
+    log(f"compile: building the graph-kernel variant again in a new process with {rule}")
+    with tempfile.TemporaryDirectory(prefix="torch2ms_compile_") as tmp:
+        job, result = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        with open(job, "wb") as f:
+            pickle.dump({"path": sys.path, "spec": spec, "src": src, "inputs": inputs, "names": names}, f)
+            pickle.dump({"rule": rule, "failures": fusion["failures"]}, f)
+        code = subprocess.run([sys.executable, "-m", "torch2ms.stages.compile", str(job), str(result)]).returncode
+        if code == 0 and result.exists():
+            with open(result, "rb") as f:
+                return pickle.load(f)
+    fusion["failures"].append(
+        {
+            "variant": "graph_kernel",
+            "flags": graph_kernel.flags(spec, rule),
+            "exception": f"retry process: status {code}",
+        }
+    )
+    return measured
+
+
+def _child(job: str, result: str) -> None:
+    """``python -m torch2ms.stages.compile JOB RESULT``: the measurement of ``graph_kernel_retry``."""
+    with open(job, "rb") as f:
+        head = pickle.load(f)
+        sys.path[:] = head["path"]
+        retry = pickle.load(f)
+    ms = msutil.mindspore()
+    measured = CompileStage().measure(
+        ms, head["spec"], head["src"], head["inputs"], head["names"], print, retry["rule"], retry["failures"]
+    )
+    with open(result + ".part", "wb") as f:
+        pickle.dump(measured, f)
+    os.replace(result + ".part", result)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2])
