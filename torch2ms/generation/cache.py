@@ -30,21 +30,23 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 
 def update_where(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
-    """``cache`` [B, H, L, D] with ``new`` [B, H, 1, D] at position ``slot`` ([1], int64) along L,
-    as a select against a one-hot row (Equal + Where in ONNX)."""
-    positions = torch.arange(cache.shape[2], dtype=slot.dtype, device=cache.device)
-    hit = (positions == slot).view(1, 1, -1, 1)
+    """``cache`` [B, H, L, D] with ``new`` [B, H, 1, D] at position ``slot`` ([1], int32) along L,
+    as a select against a one-hot row (Cast + Equal + Where in ONNX)."""
+    # compared in float32 (exact below 2**24): the TorchScript exporter turns an int32 Equal against
+    # a constant Range into an int64 one, which the Ascend 310 runs on its AI CPU
+    positions = torch.arange(cache.shape[2], dtype=torch.float32, device=cache.device)
+    hit = (positions == slot.to(torch.float32)).view(1, 1, -1, 1)
     return torch.where(hit, new, cache)
 
 
 def update_index_copy(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """The same write as ``update_where`` by an out-of-place ``index_copy`` (StaticLayer's own op)."""
-    return cache.index_copy(2, slot, new)
+    return cache.index_copy(2, slot.long(), new)
 
 
 def update_scatter(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """The same write as ``update_where`` by ``scatter`` along L (ScatterElements in ONNX)."""
-    index = slot.view(1, 1, 1, 1).expand(new.shape)
+    index = slot.long().view(1, 1, 1, 1).expand(new.shape)
     return cache.scatter(2, index, new)
 
 
@@ -94,7 +96,7 @@ class GraphCache(Cache):
     """A cache of ``layers`` attention layers over graph tensors (see the module docstring).
 
     ``keys`` / ``values``: [layers, B, H, L, D] for the decode, None for the prefill; ``slot``: the
-    decode's write position ([1], int64); ``write``: one of ``UPDATES``."""
+    decode's write position ([1], int32); ``write``: one of ``UPDATES``."""
 
     def __init__(self, layers: int, length: int, keys=None, values=None, slot=None, write: Callable = update_where):
         per_layer = [

@@ -29,14 +29,14 @@ def example_inputs(geometry: Geometry, batch: int, prompt_length: int, cache_len
     """Inputs of the static shapes for tracing: ``(prefill inputs, decode inputs)`` as torch tensors."""
     import torch
 
-    ids = torch.zeros(batch, prompt_length, dtype=torch.int64)
-    mask = torch.ones(batch, prompt_length, dtype=torch.int64)
+    ids = torch.zeros(batch, prompt_length, dtype=torch.int32)
+    mask = torch.ones(batch, prompt_length, dtype=torch.int32)
     cache = torch.zeros(geometry.cache_shape(batch, cache_length))
     decode = (
-        torch.zeros(batch, 1, dtype=torch.int64),
-        torch.full((batch,), prompt_length, dtype=torch.int64),
-        torch.tensor([prompt_length], dtype=torch.int64),
-        torch.ones(batch, cache_length, dtype=torch.int64),
+        torch.zeros(batch, 1, dtype=torch.int32),
+        torch.full((batch,), prompt_length, dtype=torch.int32),
+        torch.tensor([prompt_length], dtype=torch.int32),
+        torch.ones(batch, cache_length, dtype=torch.int32),
         cache,
         cache.clone(),
     )

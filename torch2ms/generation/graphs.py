@@ -15,6 +15,10 @@ keys, values)`` -> ``(logits [B, 1, V], keys, values)``: one token per row at ``
 at slot ``cache_position``; ``attention_mask`` is 1 on the slots the row attends to (its prompt,
 the tokens generated so far and this one), 0 on pads and unwritten slots.
 
+Every integer input is int32, token ids included: the Ascend 310's AI Core kernels of Equal, Sub,
+Cast and CumSum take int32 and not int64 (``torch2ms check --target ascend310`` places the int64 ones
+on the AI CPU, an int64 CumSum nowhere).
+
 Both call the model's own ``forward`` with a ``GraphCache``, explicit ``position_ids`` and a 4-D
 additive mask (0 where allowed, float32's minimum elsewhere, the mask transformers builds for
 eager attention), which transformers takes as given.
@@ -63,7 +67,7 @@ class Prefill(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         real = attention_mask.bool()
-        positions = (attention_mask.cumsum(-1) - 1).masked_fill(~real, 0)
+        positions = (attention_mask.cumsum(-1, dtype=torch.int32) - 1).masked_fill(~real, 0)
         length = input_ids.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         mask = _additive(causal[None, None] & real[:, None, None, :])

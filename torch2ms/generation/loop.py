@@ -38,11 +38,11 @@ class Generated:
 def left_pad(
     prompts: Sequence[Sequence[int]], length: int | None = None, pad_id: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(input_ids, attention_mask)`` [len(prompts), length] int64 (default length: the longest
+    """``(input_ids, attention_mask)`` [len(prompts), length] int32 (default length: the longest
     prompt), each prompt right-aligned."""
     longest = max([len(p) for p in prompts] + [length or 0])
-    ids = np.full((len(prompts), longest), pad_id, dtype=np.int64)
-    mask = np.zeros((len(prompts), longest), dtype=np.int64)
+    ids = np.full((len(prompts), longest), pad_id, dtype=np.int32)
+    mask = np.zeros((len(prompts), longest), dtype=np.int32)
     for row, prompt in enumerate(prompts):
         if len(prompt):
             ids[row, longest - len(prompt) :] = prompt
@@ -68,7 +68,7 @@ def greedy(
         )
     logits, keys, values = runner.prefill(ids, mask)
     steps = [np.asarray(logits)[:, -1]]
-    cache_mask = np.zeros((len(prompts), cache_length), dtype=np.int64)
+    cache_mask = np.zeros((len(prompts), cache_length), dtype=np.int32)
     cache_mask[:, :length] = mask
     real = mask.sum(axis=1)
     for step in range(1, max_new_tokens):
@@ -76,9 +76,9 @@ def greedy(
         slot = length + step - 1
         cache_mask[:, slot] = 1
         logits, keys, values = runner.decode(
-            fed[:, None].astype(np.int64),
-            (real + step - 1).astype(np.int64),
-            np.array([slot], dtype=np.int64),
+            fed[:, None].astype(np.int32),
+            (real + step - 1).astype(np.int32),
+            np.array([slot], dtype=np.int32),
             cache_mask.copy(),
             keys,
             values,

@@ -54,7 +54,7 @@ def cache_geometry(model) -> Geometry:
         raise _refuse(model, f"layers of type {', '.join(kinds)} (only full_attention layers keep a static cache here)")
     layers = text.num_hidden_layers
     probe = Prefill(model, layers, cache_length=2).eval()
-    one = torch.ones(1, 1, dtype=torch.int64)
+    one = torch.ones(1, 1, dtype=torch.int32)
     try:
         with torch.no_grad():
             logits, keys, _ = probe(one, one)

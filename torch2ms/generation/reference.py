@@ -52,8 +52,8 @@ def _generate(model, prompts, length: int, max_new_tokens: int, cache_length: in
     ids, mask = left_pad(prompts, length)
     with torch.no_grad():
         out = model.generate(
-            input_ids=torch.from_numpy(ids),
-            attention_mask=torch.from_numpy(mask),
+            input_ids=torch.from_numpy(ids).long(),
+            attention_mask=torch.from_numpy(mask).long(),
             generation_config=generation_config(max_new_tokens, cache_length),
         )
     tokens = out.sequences[:, ids.shape[1] :].numpy()
