@@ -1,5 +1,5 @@
 """A text_generation recipe: its generate section's refusals name the field (exit 2, nothing
-written), the checks that need the model (``generation.plan``), and ``convert`` refusing it."""
+written), the checks that need the model (``generation.plan``), and the stage commands refusing it."""
 
 from __future__ import annotations
 
@@ -150,12 +150,13 @@ def test_a_model_without_a_cache_interface_is_refused():
         cache_geometry(sliding)
 
 
-def test_convert_refuses_a_generation_recipe(tmp_path):
+@pytest.mark.parametrize("command", ["convert", "package"])
+def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))
     env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(REPO))
     done = subprocess.run(
-        [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(path)],
+        [sys.executable, "-m", "torch2ms", command, "--recipe", str(path)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -164,5 +165,6 @@ def test_convert_refuses_a_generation_recipe(tmp_path):
     )
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == EXIT_USAGE, text
+    assert f"torch2ms {command} cannot run it yet" in text
     assert "the five-stage conversion of prefill/decode graphs is not implemented yet" in text
     assert not (tmp_path / "runs").exists()
