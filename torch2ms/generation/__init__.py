@@ -10,8 +10,8 @@ comparison with transformers' own ``generate``.
 * ``compare``: first differing token, per-step logits errors, top-2 gaps;
 * ``export``: both graphs to ONNX through the export stage's exporters, and onnxruntime running them.
 
-No stage runs these graphs yet: ``torch2ms convert`` refuses a ``text_generation`` recipe
-(``refuse_unconverted``).
+No stage runs these graphs yet: ``convert``, ``check``, ``package``, ``bench`` and ``precision``
+refuse a ``text_generation`` recipe (``refuse_unconverted``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 from torch2ms.errors import RecipeError
 
 NOT_CONVERTED = (
-    "generation recipes are checked by torch2ms.generation (the prefill and decode graphs against "
-    "transformers' generate, in PyTorch and onnxruntime: benchmarks/generation_groundwork.py); the five-stage "
-    "conversion of prefill/decode graphs is not implemented yet"
+    "generation recipes are checked by torch2ms.generation.plan, and their prefill and decode graphs by "
+    "torch2ms.generation against transformers' generate (in PyTorch and onnxruntime); the five-stage conversion "
+    "of prefill/decode graphs is not implemented yet"
 )
 
 
