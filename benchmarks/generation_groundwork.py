@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.generation.tiny import build  # noqa: E402
-from torch2ms.generation.cache import UPDATES, update_where  # noqa: E402
+from torch2ms.generation.cache import UPDATES, update_blend  # noqa: E402
 from torch2ms.generation.compare import first_divergence, gap_summary, step_errors  # noqa: E402
 from torch2ms.generation.export import export_graphs, onnx_runner  # noqa: E402
 from torch2ms.generation.graphs import Decode, Prefill  # noqa: E402
@@ -57,7 +57,7 @@ def prompts(seed: int = 0) -> list[list[int]]:
     return [[int(t) for t in rng.integers(0, 1000, n)] for n in LENGTHS]
 
 
-def graphs(model, write=update_where):
+def graphs(model, write=update_blend):
     layers = cache_geometry(model).layers
     return Prefill(model, layers, CACHE), Decode(model, layers, CACHE, write)
 
@@ -84,7 +84,7 @@ def agreement(name: str, out: Path) -> dict:
         }
 
     def one_off(cache, new, slot):
-        return update_where(cache, new, slot + 1)
+        return update_blend(cache, new, slot + 1)
 
     wrong = greedy_batches(torch_runner(*graphs(model, one_off)), ps, BATCH, NEW, CACHE)
     div = first_divergence(ref, wrong)
@@ -168,33 +168,34 @@ GRAPH_INPUTS = {
 
 
 def convert_graphs(out: Path) -> list[dict]:
-    """Section 6: ``torch2ms convert`` on the tiny Llama's prefill.onnx and decode.onnx (``where``)."""
+    """Section 6: ``torch2ms convert`` on the tiny Llama's prefill.onnx, and decode.onnx with two cache writes."""
     import json
 
     import yaml
 
     rows = []
-    for graph, inputs in GRAPH_INPUTS.items():
-        for kernel in ("auto", "off"):
-            folder = out / "convert" / f"{graph}_{kernel}"
-            folder.mkdir(parents=True, exist_ok=True)
-            recipe = {
-                "name": graph,
-                "model": {"onnx": str(out / "writes" / "where" / f"{graph}.onnx")},
-                "inputs": inputs,
-                "compile": {"graph_kernel": kernel},
-                "output": str(folder / "runs"),
-            }
-            (folder / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-            cmd = [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(folder / "recipe.yaml")]
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            stages = []
-            for stage in ("export", "rebuild", "fold", "compile", "mindir"):
-                record = folder / "runs" / graph / stage / "stage.json"
-                r = json.loads(record.read_text()) if record.exists() else {"status": "not run"}
-                worst = max((m.get("rel_error") or 0 for m in r.get("metrics", [])), default=None)
-                stages.append((stage, r["status"], worst))
-            rows.append({"graph": graph, "graph_kernel": kernel, "exit": done.returncode, "stages": stages})
+    runs = [("prefill", "blend", "auto"), *(("decode", w, k) for w in ("blend", "where") for k in ("auto", "off"))]
+    for graph, write, kernel in runs:
+        inputs = GRAPH_INPUTS[graph]
+        folder = out / "convert" / f"{graph}_{write}_{kernel}"
+        folder.mkdir(parents=True, exist_ok=True)
+        recipe = {
+            "name": graph,
+            "model": {"onnx": str(out / "writes" / write / f"{graph}.onnx")},
+            "inputs": inputs,
+            "compile": {"graph_kernel": kernel},
+            "output": str(folder / "runs"),
+        }
+        (folder / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+        cmd = [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(folder / "recipe.yaml")]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        stages = []
+        for stage in ("export", "rebuild", "fold", "compile", "mindir"):
+            record = folder / "runs" / graph / stage / "stage.json"
+            r = json.loads(record.read_text()) if record.exists() else {"status": "not run"}
+            worst = max((m.get("rel_error") or 0 for m in r.get("metrics", [])), default=None)
+            stages.append((stage, r["status"], worst))
+        rows.append({"graph": graph, "write": write, "graph_kernel": kernel, "exit": done.returncode, "stages": stages})
     return rows
 
 
@@ -315,8 +316,9 @@ def markdown(agree: dict, gap: dict, write_rows: list, times: dict, repeats: int
         "",
         "## 3. Cache writes (tiny Llama decode graph)",
         "",
-        "The graphs use `where` (`generation.cache.update_where`: a one-hot row compared in float32, then Where); "
-        "`index_copy` (transformers' StaticLayer op, out of place) and `scatter` export to ScatterElements.",
+        "The graphs use `blend` (`generation.cache.update_blend`: `cache * (1 - hit) + new * hit`, `hit` a one-hot "
+        "row compared in float32); `where` selects with it (Where); `index_copy` (transformers' StaticLayer op, out "
+        "of place) and `scatter` export to ScatterElements.",
         "",
     ]
     lines += ["| write | `torch2ms check --target ascend310 decode.onnx` | onnxruntime decode step ms (wall) |"]
@@ -353,12 +355,14 @@ def markdown(agree: dict, gap: dict, write_rows: list, times: dict, repeats: int
             "Seeded inputs (token ids, positions, cache slot 12, masks, a standard-normal cache), onnxruntime the "
             "reference; status and max rel err of every output per stage.",
             "",
-            "| graph | compile.graph_kernel | exit | export | rebuild | fold | compile | mindir |",
-            "|---|---|---|---|---|---|---|---|",
+            "| graph | cache write | compile.graph_kernel | exit | export | rebuild | fold | compile | mindir |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for c in converted:
             cells = [f"{status} {'' if err is None else f'{err:.1e}'}".strip() for _, status, err in c["stages"]]
-            lines.append(f"| {c['graph']} | {c['graph_kernel']} | {c['exit']} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {c['graph']} | {c['write']} | {c['graph_kernel']} | {c['exit']} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.generation.tiny import CACHE_LENGTH, MAX_NEW_TOKENS, build, prompts
-from torch2ms.generation.cache import UPDATES, update_where
+from torch2ms.generation.cache import UPDATES, update_blend
 from torch2ms.generation.compare import first_divergence, step_errors
 from torch2ms.generation.graphs import Decode, Prefill
 from torch2ms.generation.loop import greedy_batches, torch_runner
@@ -24,7 +24,7 @@ def llama():
     return model, transformers_generate(model, prompts(), MAX_NEW_TOKENS, CACHE_LENGTH, BATCH)
 
 
-def _graphs(model, write=update_where):
+def _graphs(model, write=update_blend):
     layers = cache_geometry(model).layers
     return Prefill(model, layers, CACHE_LENGTH), Decode(model, layers, CACHE_LENGTH, write)
 
@@ -66,7 +66,7 @@ def test_a_cache_written_one_position_off_is_caught(llama):
     model, reference = llama
 
     def one_off(cache, new, slot):
-        return update_where(cache, new, slot + 1)
+        return update_blend(cache, new, slot + 1)
 
     got = greedy_batches(torch_runner(*_graphs(model, one_off)), prompts(), BATCH, MAX_NEW_TOKENS, CACHE_LENGTH)
     found = first_divergence(reference, got)

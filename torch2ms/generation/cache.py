@@ -11,10 +11,12 @@ as a tensor and *return* the updated one, so that the cache is an input and an o
   (one for the whole batch: prompts are left-padded, so every row writes the same slot) and
   attention reads the whole updated cache under the caller's mask.
 
-The write is an elementwise select, ``where(arange(L) == slot, new, cache)``: it exports to ONNX as
-Equal + Where on a constant Range, ops every backend converts and the Ascend 310 runs on its AI Core
-(a scatter would be ScatterND / ScatterElements). ``UPDATES`` holds the alternatives measured
-against it (``benchmarks/generation_groundwork.py``).
+The write is arithmetic, ``cache * (1 - hit) + new * hit`` with ``hit`` the one-hot row of
+``slot`` (``update_blend``): Mul, Sub and Add, which every backend converts and the Ascend 310 runs
+on its AI Core, exact for finite values. ``UPDATES`` holds the alternatives measured against it
+(``benchmarks/generation_groundwork.py``): a select ``where(hit, new, cache)`` (MindSpore's graph-kernel
+fusion computes it wrong), transformers' own ``index_copy`` and ``scatter`` (ScatterElements, which
+the 310 has no kernel for).
 
 The model's attention, rotary or learned positions and projections are transformers' own code:
 ``GraphCache`` only answers ``update(key_states, value_states, layer_idx)``, the call every
@@ -39,6 +41,15 @@ def update_where(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> 
     return torch.where(hit, new, cache)
 
 
+def update_blend(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """The same write as ``update_where`` by arithmetic, ``cache * (1 - hit) + new * hit`` with a
+    float32 one-hot ``hit`` (Mul and Add in ONNX, no Select): exact for finite values, as ``x * 1``
+    is ``x`` and ``x * 0 + y`` is ``y``."""
+    positions = torch.arange(cache.shape[2], dtype=torch.float32, device=cache.device)
+    hit = (positions == slot.to(torch.float32)).to(cache.dtype).view(1, 1, -1, 1)
+    return cache * (1 - hit) + new * hit
+
+
 def update_index_copy(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """The same write as ``update_where`` by an out-of-place ``index_copy`` (StaticLayer's own op)."""
     return cache.index_copy(2, slot.long(), new)
@@ -51,7 +62,12 @@ def update_scatter(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -
 
 
 # the write the decode graph uses first; the others are measured against it
-UPDATES: dict[str, Callable] = {"where": update_where, "index_copy": update_index_copy, "scatter": update_scatter}
+UPDATES: dict[str, Callable] = {
+    "blend": update_blend,
+    "where": update_where,
+    "index_copy": update_index_copy,
+    "scatter": update_scatter,
+}
 
 
 class _GraphLayer(CacheLayerMixin):
@@ -98,7 +114,7 @@ class GraphCache(Cache):
     ``keys`` / ``values``: [layers, B, H, L, D] for the decode, None for the prefill; ``slot``: the
     decode's write position ([1], int32); ``write``: one of ``UPDATES``."""
 
-    def __init__(self, layers: int, length: int, keys=None, values=None, slot=None, write: Callable = update_where):
+    def __init__(self, layers: int, length: int, keys=None, values=None, slot=None, write: Callable | None = None):
         per_layer = [
             _GraphLayer(None if keys is None else keys[i], None if values is None else values[i], length, slot, write)
             for i in range(layers)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from torch2ms.generation.cache import GraphCache, update_where
+from torch2ms.generation.cache import GraphCache, update_blend
 
 PREFILL_INPUTS = ("input_ids", "attention_mask")
 DECODE_INPUTS = ("input_ids", "position", "cache_position", "attention_mask", "keys", "values")
@@ -88,7 +88,7 @@ class Decode(torch.nn.Module):
     """One step for every row (see the module docstring); ``write`` is the cache write
     (``cache.UPDATES``)."""
 
-    def __init__(self, model: torch.nn.Module, layers: int, cache_length: int, write: Callable = update_where):
+    def __init__(self, model: torch.nn.Module, layers: int, cache_length: int, write: Callable = update_blend):
         super().__init__()
         self.model, self.layers, self.cache_length, self.write = model, layers, cache_length, write
 
