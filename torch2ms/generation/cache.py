@@ -14,9 +14,9 @@ as a tensor and *return* the updated one, so that the cache is an input and an o
 The write is arithmetic, ``cache * (1 - hit) + new * hit`` with ``hit`` the one-hot row of
 ``slot`` (``update_blend``): Mul, Sub and Add, which every backend converts and the Ascend 310 runs
 on its AI Core, exact for finite values. ``UPDATES`` holds the alternatives measured against it
-(``benchmarks/generation_groundwork.py``): a select ``where(hit, new, cache)`` (MindSpore's graph-kernel
-fusion computes it wrong), transformers' own ``index_copy`` and ``scatter`` (ScatterElements, which
-the 310 has no kernel for).
+(``benchmarks/results/generation_groundwork.md``): a select ``where(hit, new, cache)`` (the decode
+graph with it leaves PyTorch's numbers under MindSpore's graph-kernel fusion), transformers' own
+``index_copy`` and ``scatter`` (ScatterElements, which the 310 has no kernel for).
 
 The model's attention, rotary or learned positions and projections are transformers' own code:
 ``GraphCache`` only answers ``update(key_states, value_states, layer_idx)``, the call every
