@@ -43,9 +43,11 @@ def bench(
     """Benchmark PyTorch, onnxruntime and every MindSpore variant; write bench/ into the run folder."""
     from torch2ms.bench import BenchOptions, print_table, run_bench, write_all
     from torch2ms.bench.variants import BY_KEY, VARIANTS
+    from torch2ms.generation import refuse_unconverted
     from torch2ms.recipe import load_recipe
 
     r = load_recipe(recipe)
+    refuse_unconverted(r, "bench")
     setup_cpu(cpu_isa)
     keys = tuple(v.key for v in VARIANTS)
     if variants:

@@ -24,11 +24,13 @@ def convert(
     """Run every stage of a recipe in order, skipping what is up to date; exit 0 only if all pass.
 
     The stages:"""
+    from torch2ms.generation import refuse_unconverted
     from torch2ms.pipeline.report import print_table, write_reports
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.recipe import load_recipe
 
     r = load_recipe(recipe)
+    refuse_unconverted(r, "convert")
     setup_cpu(cpu_isa)
     # the export stage in a process of its own: torch does not stay resident through the later stages
     runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=not one_process)

@@ -36,6 +36,7 @@ def package(
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run the stages if needed, then write <out>/<name>-<version>.tar.gz for one board."""
+    from torch2ms.generation import refuse_unconverted
     from torch2ms.package.build import build_bundle
     from torch2ms.package.targets import get_target
     from torch2ms.pipeline.runner import Runner, raise_for
@@ -43,6 +44,7 @@ def package(
     from torch2ms.recipe import load_recipe
 
     r = load_recipe(recipe)
+    refuse_unconverted(r, "package")
     get_target(target)  # fail on a bad --target before a long run
     setup_cpu(cpu_isa)
     if precision == "int8":  # bad calibration data and the documented limits: named before any stage runs

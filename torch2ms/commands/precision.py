@@ -35,6 +35,7 @@ def precision(
     """Emulate fp16 per layer, find the fewest layers to keep in fp32 for precision.fp16_rel_error (and
     check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md.
     With --int8, the same for INT8."""
+    from torch2ms.generation import refuse_unconverted
     from torch2ms.package import precision as plan_mod
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
@@ -42,6 +43,7 @@ def precision(
     from torch2ms.stages import writer_of
 
     r = load_recipe(recipe)
+    refuse_unconverted(r, "precision")
     setup_cpu(cpu_isa)
     if int8:
         from torch2ms.commands.precision_int8 import int8_plan

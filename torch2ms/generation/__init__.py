@@ -1,0 +1,31 @@
+"""Text generation with a static KV cache: a transformers causal LM as a prefill and a decode graph
+of static shapes (what an Ascend 310 runs), greedy decoding with them, and the token-for-token
+comparison with transformers' own ``generate``.
+
+* ``cache``: ``GraphCache``, transformers' cache interface over graph tensors, and the cache writes;
+* ``graphs``: the ``Prefill`` and ``Decode`` wrappers around the model, and the cache ``Geometry``;
+* ``plan``: a ``text_generation`` recipe against its model (cache interface, positions, vocabulary);
+* ``loop``: greedy decoding with any runner of the two graphs (PyTorch here; onnxruntime in ``export``);
+* ``reference``: transformers' ``generate(do_sample=False, cache_implementation="static")``;
+* ``compare``: first differing token, per-step logits errors, top-2 gaps;
+* ``export``: both graphs to ONNX through the export stage's exporters, and onnxruntime running them.
+
+No stage runs these graphs yet: ``convert``, ``check``, ``package``, ``bench`` and ``precision``
+refuse a ``text_generation`` recipe (``refuse_unconverted``).
+"""
+
+from __future__ import annotations
+
+from torch2ms.errors import RecipeError
+
+NOT_CONVERTED = (
+    "generation recipes are checked by torch2ms.generation.plan, and their prefill and decode graphs by "
+    "torch2ms.generation against transformers' generate (in PyTorch and onnxruntime); the five-stage conversion "
+    "of prefill/decode graphs is not implemented yet"
+)
+
+
+def refuse_unconverted(recipe, command: str) -> None:
+    """RecipeError (exit 2) for a ``text_generation`` recipe: no stage converts its graphs yet."""
+    if recipe.task == "text_generation":
+        raise RecipeError(f"task: text_generation: torch2ms {command} cannot run it yet: {NOT_CONVERTED}")

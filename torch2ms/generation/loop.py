@@ -1,0 +1,130 @@
+"""Greedy generation with a prefill and a decode graph, whatever runs them.
+
+A *runner* is two functions on numpy arrays, in the graphs' input order (``graphs``):
+``prefill(input_ids, attention_mask) -> (logits, keys, values)`` and
+``decode(input_ids, position, cache_position, attention_mask, keys, values) -> (logits, keys, values)``.
+``torch_runner`` runs the PyTorch wrappers; ``export.onnx_runner`` runs the exported files in
+onnxruntime; later stages give theirs.
+
+``greedy`` prefills once, then decodes until ``max_new_tokens`` tokens per prompt are chosen
+(the prefill's logits choose the first, each decode step the next). With ``teacher`` tokens it
+feeds those instead of its own choices (teacher forcing), so that one differing token does not
+make every later step differ; it still records the token it would have chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Runner:
+    prefill: Callable
+    decode: Callable
+
+
+@dataclass
+class Generated:
+    """Per prompt and step: the token chosen ``tokens`` [N, steps] and the logits it was chosen
+    from ``logits`` [N, steps, V] (float32)."""
+
+    tokens: np.ndarray
+    logits: np.ndarray
+
+
+def left_pad(
+    prompts: Sequence[Sequence[int]], length: int | None = None, pad_id: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(input_ids, attention_mask)`` [len(prompts), length] int32 (default length: the longest
+    prompt), each prompt right-aligned."""
+    longest = max([len(p) for p in prompts] + [length or 0])
+    ids = np.full((len(prompts), longest), pad_id, dtype=np.int32)
+    mask = np.zeros((len(prompts), longest), dtype=np.int32)
+    for row, prompt in enumerate(prompts):
+        if len(prompt):
+            ids[row, longest - len(prompt) :] = prompt
+            mask[row, longest - len(prompt) :] = 1
+    return ids, mask
+
+
+def greedy(
+    runner: Runner,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    cache_length: int,
+    teacher: np.ndarray | None = None,
+    prompt_length: int | None = None,
+) -> Generated:
+    """Greedy decoding of one batch of ``prompts`` (the graphs' batch) left-padded to
+    ``prompt_length`` (the prefill graph's; default the longest prompt), see the module docstring."""
+    ids, mask = left_pad(prompts, prompt_length)
+    length = ids.shape[1]
+    if length + max_new_tokens - 1 > cache_length:
+        raise ValueError(
+            f"{length} prompt positions + {max_new_tokens} new tokens do not fit cache_length {cache_length}"
+        )
+    logits, keys, values = runner.prefill(ids, mask)
+    steps = [np.asarray(logits)[:, -1]]
+    cache_mask = np.zeros((len(prompts), cache_length), dtype=np.int32)
+    cache_mask[:, :length] = mask
+    real = mask.sum(axis=1)
+    for step in range(1, max_new_tokens):
+        fed = steps[-1].argmax(axis=-1) if teacher is None else teacher[:, step - 1]
+        slot = length + step - 1
+        cache_mask[:, slot] = 1
+        logits, keys, values = runner.decode(
+            fed[:, None].astype(np.int32),
+            (real + step - 1).astype(np.int32),
+            np.array([slot], dtype=np.int32),
+            cache_mask.copy(),
+            keys,
+            values,
+        )
+        steps.append(np.asarray(logits)[:, -1])
+    stacked = np.stack(steps, axis=1).astype(np.float32)
+    return Generated(stacked.argmax(axis=-1), stacked)
+
+
+def greedy_batches(
+    runner: Runner,
+    prompts: Sequence[Sequence[int]],
+    batch: int,
+    max_new_tokens: int,
+    cache_length: int,
+    teacher: np.ndarray | None = None,
+) -> Generated:
+    """``greedy`` over ``prompts`` in consecutive batches of ``batch`` (their count a multiple of it),
+    each left-padded to the longest of all prompts: the graphs have one prompt length."""
+    if len(prompts) % batch:
+        raise ValueError(f"{len(prompts)} prompts do not make batches of {batch}")
+    longest = max(len(p) for p in prompts)
+    parts = [
+        greedy(
+            runner,
+            prompts[i : i + batch],
+            max_new_tokens,
+            cache_length,
+            None if teacher is None else teacher[i : i + batch],
+            longest,
+        )
+        for i in range(0, len(prompts), batch)
+    ]
+    return Generated(np.concatenate([p.tokens for p in parts]), np.concatenate([p.logits for p in parts]))
+
+
+def torch_runner(prefill, decode) -> Runner:
+    """A runner of the PyTorch ``graphs.Prefill`` / ``graphs.Decode`` modules."""
+    import torch
+
+    def run(module):
+        def call(*arrays):
+            with torch.no_grad():
+                out = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
+            return tuple(t.numpy() for t in out)
+
+        return call
+
+    return Runner(run(prefill.eval()), run(decode.eval()))
