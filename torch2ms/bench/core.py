@@ -168,14 +168,14 @@ def _child_env() -> dict:
     return env
 
 
-def run_worker(spec: dict, timeout: float) -> tuple[dict | None, str]:
-    """Run ``torch2ms.bench.worker`` on ``spec``; (result, error message)."""
+def run_worker(spec: dict, timeout: float, module: str = "torch2ms.bench.worker") -> tuple[dict | None, str]:
+    """Run ``module`` (a worker printing ``@@RESULT {json}`` last) on ``spec``; (result, error message)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
         path = f.name
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "torch2ms.bench.worker", path],
+            [sys.executable, "-m", module, path],
             env=_child_env(),
             capture_output=True,
             text=True,
