@@ -74,3 +74,28 @@ def test_profile_tiny(tiny_recipe):
     assert (out / "modules.png").stat().st_size > 1000
     md = (out / "profile.md").read_text()
     assert "small-op share" in md and "## Per module" in md and "ms_graph_folded" in md
+
+
+def test_zoo_row_takes_winner_margin_and_profile_figures():
+    from torch2ms.stages import stage_names
+    from torch2ms.zoo.row import COLUMNS, ModelRow, compile_fields, profile_fields
+    from torch2ms.zoo.summary import cells
+
+    record = {
+        "extra": {
+            "chosen": "graph",
+            "variants": {
+                "pynative_plain": {"median_ms": 30.0},
+                "graph": {"median_ms": 10.0},
+                "graph_kernel": {"median_ms": 12.5},
+            },
+        }
+    }
+    assert compile_fields(record) == {"winner": "graph", "winner_margin": 0.25}
+    one = {"extra": {"chosen": "graph", "variants": {"graph": {"median_ms": 10.0}}}}
+    assert compile_fields(one) == {"winner": "graph", "winner_margin": None}
+    profile = {"variants": {"ms_graph_folded": {"kernels_per_call": 161.0, "small_op_share": 0.0712}}}
+    row = ModelRow("m", "passed", **compile_fields(record), **profile_fields(profile))
+    shown = dict(zip([c[0] for c in COLUMNS], cells(row)[2 + len(stage_names()) :]))
+    assert shown["winner"] == "graph" and shown["winner margin"] == "25.0%"
+    assert shown["kernels"] == "161" and shown["small-op share"] == "7.1%"
