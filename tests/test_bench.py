@@ -106,3 +106,36 @@ def test_targets_pick_the_fastest_correct_mindspore_variant():
     assert got["time vs onnxruntime <= 1.25x"] == ("1.50x", False)
     assert got["peak RSS of ms_mindir <= ms_pynative_plain"] == ("800 vs 900 MB", True)
     assert "**not met**" in "\n".join(target_lines(data))
+
+
+def test_bench_checks_each_variant_under_the_bound_its_stage_recorded(tiny_recipe):
+    """The compile stage's record is edited to a bound tighter than what GRAPH_MODE reached: the
+    folded variant must then be wrong under that bound, named by its ``by``; the rebuild's record
+    is left alone, so the Conv2dBnAct variant passes under the rebuild's own bound. A bench that
+    took the recipe's bound (or any other) would pass the first and name the recipe."""
+    _load_commands()
+    args = ["bench", "--recipe", str(tiny_recipe), "--runs", "1", "--warmup", "0", "--no-fusion", "--no-memory"]
+    variants = ["--variants", "ms_graph_conv_bn_act,ms_graph_folded"]
+    result = CliRunner().invoke(app, [*args, *variants], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    run = tiny_recipe.parent / "runs" / "tiny"
+    record_path = run / "compile" / "stage.json"
+    record = json.loads(record_path.read_text())
+    worst = max(record["metrics"], key=lambda m: m["rel_error"])
+    assert worst["rel_error"] > 0, "GRAPH_MODE matched PyTorch bit for bit: the test cannot tighten below it"
+    record["bounds"] = {
+        m["name"]: {"rel_error": worst["rel_error"] / 4, "cosine": 0.99999, "by": "tightened by the test"}
+        for m in record["metrics"]
+    }
+    record_path.write_text(json.dumps(record))
+    result = CliRunner().invoke(app, [*args, *variants], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    results = json.loads((run / "bench" / "bench.json").read_text())["batches"]["1"]
+    folded = results["ms_graph_folded"]
+    assert folded["status"] == "wrong" and "tightened by the test" in folded["reason"]
+    assert folded["check"]["bound_by"] == "tightened by the test" and folded["check"]["bound_stage"] == "compile"
+    assert folded["check"]["bound_rel_error"] == worst["rel_error"] / 4
+    rebuild = json.loads((run / "rebuild" / "stage.json").read_text())
+    conv = results["ms_graph_conv_bn_act"]["check"]
+    assert conv["bound_stage"] == "rebuild" and conv["passed"]
+    assert conv["bound_by"] == next(iter(rebuild["bounds"].values()))["by"]

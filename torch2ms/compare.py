@@ -60,9 +60,20 @@ class Tolerance:
     floor: dict[str, tuple[float, float]] | None = None  # output -> (rel_error, cosine) of onnxruntime
     floor_source: str = "onnxruntime's distance from PyTorch"
     ceiling: tuple[float, float] | None = None  # (rel_error, cosine) past which evidence is needed
+    recorded: dict[str, dict] | None = None  # output -> the bound a stage's record (stage.json) holds
+
+    @classmethod
+    def from_record(cls, check, record: dict | None) -> Tolerance:
+        """The bounds a stage passed under, as its record (``stage.json`` ``bounds``) holds them: the
+        recipe's, a noise floor's or a replay's, each with its ``by``; an output the record does not
+        name is held to the recipe's. A run's later users (bench, verify) judge by what was passed."""
+        return cls(check.rel_error, check.cosine, check.argmax_agreement, recorded=(record or {}).get("bounds") or {})
 
     def bound(self, name: str) -> dict:
         """The relative-error and cosine bounds for output ``name`` and which rule set them."""
+        if self.recorded and name in self.recorded:
+            b = self.recorded[name]
+            return {"rel_error": b["rel_error"], "cosine": b["cosine"], "by": b.get("by", "recipe")}
         rel, cos, by = self.rel_error, self.cosine, "recipe"
         floor = (self.floor or {}).get(name)
         if floor and self.noise_factor > 0 and all(math.isfinite(v) for v in floor):

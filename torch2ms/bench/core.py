@@ -7,8 +7,10 @@
    at that batch. That copy's compile stage is cut to one call without graph-kernel search.
 2. The plain rebuild (no Conv2dBnAct, BatchNorm as its own layer) is generated with
    ``rebuild_passes(fuse_conv_bn_act=False)`` into ``<run folder>/bench/plain/``.
-3. Each variant is loaded in this process and checked against PyTorch's reference outputs with
-   the recipe's tolerance; one out of tolerance is reported ``wrong`` and not timed.
+3. Each variant is loaded in this process and checked against PyTorch's reference outputs under
+   the bound its stage passed under, read from that stage's ``stage.json`` (the recipe's, a
+   noise floor's or a replay's: ``variants.variant_tolerance``), so the bench accepts what the
+   conversion accepted and no more; one out of it is reported ``wrong`` and not timed.
 4. Timing is round-robin: each round calls every variant once (start rotated per round), so
    machine drift hits all alike. MindSpore's mode and graph-kernel switch are process-global
    context, so each MindSpore variant's context is set before its call, outside the timed
@@ -37,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, bench_folders, load
-from torch2ms.compare import Tolerance, compare_outputs
+from torch2ms.bench.variants import BY_KEY, VARIANTS, Settings, bench_folders, load, variant_tolerance
+from torch2ms.compare import compare_outputs
 from torch2ms.pipeline.workspace import sha256_file, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import graph_kernel
@@ -167,14 +169,14 @@ def _child_env() -> dict:
     return env
 
 
-def run_worker(spec: dict, timeout: float) -> tuple[dict | None, str]:
-    """Run ``torch2ms.bench.worker`` on ``spec``; (result, error message)."""
+def run_worker(spec: dict, timeout: float, module: str = "torch2ms.bench.worker") -> tuple[dict | None, str]:
+    """Run ``module`` (a worker printing ``@@RESULT {json}`` last) on ``spec``; (result, error message)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
         path = f.name
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "torch2ms.bench.worker", path],
+            [sys.executable, "-m", module, path],
             env=_child_env(),
             capture_output=True,
             text=True,
@@ -196,6 +198,26 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+def check_variant(variant, folders: dict[str, Path], recipe: Recipe, outs: list, ref_out: list) -> dict:
+    """``variant``'s outputs against PyTorch's under the bound its stage passed under: the worst
+    output's error and that output's bound, with where the bound came from (``bound_by``)."""
+    tol = variant_tolerance(variant, folders, recipe.check)
+    metrics = compare_outputs(outs, ref_out)
+    violations = [f"{m.name}: {x}" for m in metrics for x in tol.violations(m)]
+    worst = max(metrics, key=lambda m: m.rel_error if np.isfinite(m.rel_error) else np.inf)
+    bound = tol.bound(worst.name)
+    return {
+        "passed": not violations,
+        "rel_error": worst.rel_error,
+        "cosine": worst.cosine,
+        "bound_rel_error": bound["rel_error"],
+        "bound_cosine": bound["cosine"],
+        "bound_by": bound["by"],
+        "bound_stage": folders[variant.checked_by].name if variant.checked_by else "",
+        "violations": violations,
+    }
+
+
 def bench_batch(
     recipe: Recipe, folders: dict[str, Path], batch: int, options: BenchOptions, log: Callable[[str], None]
 ) -> dict[str, VariantResult]:
@@ -203,7 +225,6 @@ def bench_batch(
 
     inputs, ref_out = split_reference(load_npz(folders["reference"] / "reference.npz"))
     names = list(ref_out[0])
-    tol = Tolerance(recipe.check.rel_error, recipe.check.cosine, recipe.check.argmax_agreement)
     settings = Settings(options.threads, graph_kernel.flags(recipe.compile), recipe.compile.jit_level)
     variants = [BY_KEY[k] for k in options.variants]
     results = {v.key: VariantResult(v.key, v.label) for v in variants}
@@ -222,15 +243,8 @@ def bench_batch(
                 f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300],
             )
             continue
-        metrics = compare_outputs(outs, ref_out)
-        violations = [f"{m.name}: {x}" for m in metrics for x in tol.violations(m)]
-        worst = max(metrics, key=lambda m: m.rel_error if np.isfinite(m.rel_error) else np.inf)
-        r.check = {
-            "passed": not violations,
-            "rel_error": worst.rel_error,
-            "cosine": worst.cosine,
-            "violations": violations,
-        }
+        r.check = check_variant(v, folders, recipe, outs, ref_out)
+        violations = r.check["violations"]
         if violations:
             r.status, r.reason = "wrong", "; ".join(violations)[:300]
             continue

@@ -18,6 +18,7 @@ COLUMNS = (
     "variant",
     "batch",
     "check",
+    "bound (stage: why)",
     "median ms",
     "p90 ms",
     "img/s",
@@ -31,6 +32,15 @@ COLUMNS = (
 
 def _f(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
+
+
+def bound_cell(check: dict) -> str:
+    """The relative-error bound a variant was checked under and where it came from, e.g.
+    "1.6e-03 (rebuild: 10x onnxruntime's distance from PyTorch)"."""
+    if "bound_rel_error" not in check:
+        return "-"
+    where = f"{check['bound_stage']}: " if check.get("bound_stage") else ""
+    return f"{check['bound_rel_error']:.1e} ({where}{check['bound_by']})"
 
 
 def rows(data: dict) -> list[tuple[str, ...]]:
@@ -51,6 +61,7 @@ def rows(data: dict) -> list[tuple[str, ...]]:
                     key,
                     batch,
                     check,
+                    bound_cell(r.get("check") or {}),
                     _f(m),
                     _f(r.get("p90_ms")),
                     _f(r.get("throughput_ips")),

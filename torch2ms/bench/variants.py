@@ -13,12 +13,15 @@ subprocesses (``torch2ms.bench.worker``) that measure peak memory.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from torch2ms.errors import Torch2msError
 
 
 @dataclass(frozen=True)
@@ -29,19 +32,46 @@ class Variant:
     stage: str = ""  # which folder of bench_folders() holds its network.py / model
     mode: str = ""  # pynative | graph
     graph_kernel: bool = False
+    # the folder of bench_folders() whose stage.json holds the bound the variant is checked under:
+    # the stage that checked this code (the plain rebuild runs the rebuild stage's converters
+    # without the Conv2dBnAct pass; compile checked the folded network in GRAPH_MODE); "" for
+    # PyTorch itself (the recipe's bound)
+    checked_by: str = ""
 
 
 VARIANTS = (
     Variant("torch", "PyTorch eager", "torch"),
-    Variant("onnxruntime", "onnxruntime (model.onnx)", "onnxruntime", "onnx"),
-    Variant("ms_pynative_plain", "MindSpore PyNative, plain rebuild (BN separate)", "mindspore", "plain", "pynative"),
-    Variant("ms_graph_plain", "MindSpore GRAPH, plain rebuild", "mindspore", "plain", "graph"),
-    Variant("ms_graph_conv_bn_act", "MindSpore GRAPH, Conv2dBnAct", "mindspore", "conv_bn_act", "graph"),
-    Variant("ms_graph_folded", "MindSpore GRAPH, BN folded", "mindspore", "folded", "graph"),
+    Variant("onnxruntime", "onnxruntime (model.onnx)", "onnxruntime", "onnx", checked_by="onnx"),
     Variant(
-        "ms_graph_folded_gk", "MindSpore GRAPH, BN folded + graph-kernel fusion", "mindspore", "folded", "graph", True
+        "ms_pynative_plain",
+        "MindSpore PyNative, plain rebuild (BN separate)",
+        "mindspore",
+        "plain",
+        "pynative",
+        checked_by="conv_bn_act",
     ),
-    Variant("ms_mindir", "MindSpore MindIR reloaded (GraphCell)", "mindir", "mindir", "graph"),
+    Variant(
+        "ms_graph_plain", "MindSpore GRAPH, plain rebuild", "mindspore", "plain", "graph", checked_by="conv_bn_act"
+    ),
+    Variant(
+        "ms_graph_conv_bn_act",
+        "MindSpore GRAPH, Conv2dBnAct",
+        "mindspore",
+        "conv_bn_act",
+        "graph",
+        checked_by="conv_bn_act",
+    ),
+    Variant("ms_graph_folded", "MindSpore GRAPH, BN folded", "mindspore", "folded", "graph", checked_by="compile"),
+    Variant(
+        "ms_graph_folded_gk",
+        "MindSpore GRAPH, BN folded + graph-kernel fusion",
+        "mindspore",
+        "folded",
+        "graph",
+        True,
+        checked_by="compile",
+    ),
+    Variant("ms_mindir", "MindSpore MindIR reloaded (GraphCell)", "mindir", "mindir", "graph", checked_by="mindir"),
 )
 BY_KEY = {v.key: v for v in VARIANTS}
 
@@ -49,7 +79,7 @@ BY_KEY = {v.key: v for v in VARIANTS}
 def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
     """The run's folders the variants read, by role: where the stages that write them keep the
     reference data, the ONNX, the Conv2dBnAct network (the first network.py), the folded one (the
-    last) and the MindIR; ``plain`` is the bench's own unfused rebuild."""
+    last), the compile record and the MindIR; ``plain`` is the bench's own unfused rebuild."""
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir
 
@@ -59,9 +89,29 @@ def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
         "onnx": ctx.artifact("model.onnx").parent,
         "conv_bn_act": ctx.artifact("network.py", first=True).parent,
         "folded": ctx.artifact("network.py").parent,
+        "compile": ctx.artifact("compile.json").parent,
         "mindir": ctx.artifact("network.mindir").parent,
         "plain": plain,
     }
+
+
+def variant_tolerance(variant: Variant, folders: dict[str, Path], check):
+    """The bound ``variant`` is checked under: the one its stage passed under, from that stage's
+    ``stage.json`` (``Tolerance.from_record``); PyTorch eager itself is held to the recipe's."""
+    from torch2ms.compare import Tolerance
+    from torch2ms.pipeline.workspace import RECORD
+
+    if not variant.checked_by:
+        return Tolerance(check.rel_error, check.cosine, check.argmax_agreement)
+    path = folders[variant.checked_by] / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise Torch2msError(
+            f"{path}: the record holding the bound {variant.key} is checked under cannot be read ({err})",
+            hint="re-run `torch2ms convert` on the recipe",
+        ) from err
+    return Tolerance.from_record(check, record)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
 from torch2ms.zoo.forkserver import START_TIMEOUT_S, Forked, ForkServer, ForkServerGone, server_key
-from torch2ms.zoo.row import ModelRow, bound_cell, layout_fields
+from torch2ms.zoo.row import ModelRow, bound_cell, compile_fields, layout_fields, profile_fields
 
 POLL_S = 0.5
 GRACE_S = 3.0
@@ -242,6 +242,7 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         category=failure.category if failure else None,
         blockers=failure.blockers if failure else [],
         **_record_figures(records, job),
+        **profile_fields(read_json(run_dir / "profile" / "profile.json")),
         peak_rss_mb=peak_rss,
         disk_mb=round(du_mb(run_dir), 1),
         wall_s=round(ended.wall_s, 2),
@@ -339,4 +340,5 @@ def _record_figures(records: dict[str, dict], job: dict) -> dict:
         **layout_fields((records.get("rebuild") or {}).get("counts", {}).get("layout")),
         convert_s=round(sum(r.get("seconds", 0.0) for r in records.values()), 2) if records else None,
         latency_ms=get("extra", "median_ms"),
+        **compile_fields(records.get("compile")),
     )

@@ -38,6 +38,14 @@ class ModelRow:
     flat_reason: str | None = None  # why the module classes failed and the flat listing was written
     convert_s: float | None = None  # the stage times summed (a cached model's: from when it converted)
     latency_ms: float | None = None  # the compiled network's median
+    # the compile stage's choice (compile.json ``chosen``) and its margin: the other variant's median
+    # over the chosen one's, minus 1 (None with one variant built); ``decision`` says how sure
+    winner: str | None = None
+    winner_margin: float | None = None
+    # from <run>/profile/profile.json when `torch2ms profile` ran on the model: the compiled
+    # network's kernels per call and small-op share (torch2ms.profile)
+    kernels: float | None = None
+    small_op_share: float | None = None
     peak_rss_mb: float | None = None  # the worker process's
     disk_mb: float | None = None  # the run folder's, after a passed model's intermediate weights went
     wall_s: float | None = None
@@ -88,6 +96,10 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("module share", "layout_cell", "s"),  # ONNX nodes in a module class, or "flat: <reason>"
     ("convert s", "convert_s", ".1f"),
     ("latency ms", "latency_ms", ".2f"),
+    ("winner", "winner", "s"),  # compile.json `chosen`: graph or graph_kernel
+    ("winner margin", "winner_margin", ".1%"),  # the other variant's median over the winner's, minus 1
+    ("kernels", "kernels", ".0f"),  # per call, from `torch2ms profile`
+    ("small-op share", "small_op_share", ".1%"),  # kernel time in kernels under the profile's threshold
     ("peak RSS MB", "peak_rss_mb", ".0f"),
     ("disk MB", "disk_mb", ".0f"),
     ("category", "category", "s"),
@@ -119,6 +131,25 @@ def bound_cell(records: dict[str, dict], rel_error: float = 1e-4, cosine: float 
         [f"task {task[0]:.4f} >= {task[1]:.4f} ({task[2]})"] if task else []
     )
     return "; ".join(parts) or "recipe"
+
+
+def compile_fields(compile_record: dict | None) -> dict:
+    """The winner of the compile stage's variants (``extra.chosen``) and its margin over the runner-up
+    (the other compiled variant's median over the winner's, minus 1); no margin with one variant."""
+    extra = (compile_record or {}).get("extra") or {}
+    chosen = extra.get("chosen")
+    timings = {k: v.get("median_ms") for k, v in (extra.get("variants") or {}).items() if k != "pynative_plain"}
+    others = [t for k, t in timings.items() if k != chosen and t]
+    best = timings.get(chosen)
+    margin = round(min(others) / best - 1.0, 4) if others and best else None
+    return {"winner": chosen, "winner_margin": margin}
+
+
+def profile_fields(profile: dict | None, variant: str = "ms_graph_folded") -> dict:
+    """Kernels per call and small-op share of the compiled network (``variant``) from a
+    ``profile.json``, when ``torch2ms profile`` ran on the model."""
+    v = ((profile or {}).get("variants") or {}).get(variant) or {}
+    return {"kernels": v.get("kernels_per_call"), "small_op_share": v.get("small_op_share")}
 
 
 def layout_fields(layout: dict | None) -> dict:
