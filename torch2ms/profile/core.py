@@ -100,8 +100,9 @@ def summarize(raw: dict, small_ms: float, depth: int, names: set[str] | None = N
 
 def _spec(key: str, recipe: Recipe, folders: dict[str, Path], options: ProfileOptions) -> dict:
     from torch2ms.bench.variants import Settings
+    from torch2ms.runtime import graph_kernel
 
-    settings = Settings(options.threads, recipe.compile.graph_kernel_flags, recipe.compile.jit_level)
+    settings = Settings(options.threads, graph_kernel.flags(recipe.compile), recipe.compile.jit_level)
     return {
         "variant": key,
         "recipe": recipe.model_dump(mode="json"),
