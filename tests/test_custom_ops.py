@@ -45,7 +45,7 @@ KERNEL = torch2ms.AotKernel(
     function="{fn}",
     inputs=("x", "y"),
     out_shape="{out_shape}",
-    out_dtype="x",
+    out_dtype="x",{ascend}
 )
 
 REFERENCE = '''
@@ -79,13 +79,15 @@ def custom_model(domain: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
 
 
-def make_case(tmp_path: Path, *, extra: str = "", out_shape: str = "x", body: str | None = None, kernel=None):
+def make_case(
+    tmp_path: Path, *, extra: str = "", out_shape: str = "x", body: str | None = None, kernel=None, ascend: str = ""
+):
     """A plugin (unique module, domain and kernel name), its kernel and an ONNX-source recipe."""
     tag = uuid.uuid4().hex[:8]
     stem, fn, domain = f"plug_{tag}", f"SiluMul_{tag}", f"test.{tag}"
     (tmp_path / f"{stem}.cc").write_text(kernel if kernel is not None else GOOD_KERNEL.format(fn=fn, extra=extra))
-    body = body or "return em.custom(KERNEL, em.x(0), em.x(1))"
-    plugin = PLUGIN.format(stem=stem, fn=fn, domain=domain, out_shape=out_shape, body=body)
+    body = body or "return em.custom(KERNEL, 0, 1)"
+    plugin = PLUGIN.format(stem=stem, fn=fn, domain=domain, out_shape=out_shape, body=body, ascend=ascend)
     (tmp_path / f"{stem}.py").write_text(textwrap.dedent(plugin))
     onnx.save(custom_model(domain), str(tmp_path / "custom.onnx"))
     recipe = {
@@ -204,6 +206,22 @@ def test_aot_kernel_through_every_stage_and_its_build_cached(tmp_path):
     assert record["compiler"].startswith("g++") and "-fPIC" in record["flags"]
     assert (run / "mindir" / "kernels" / f"{fn}.so").is_file()
     assert f"kernels/{fn}.so:{fn}".encode() in (run / "mindir" / "network.mindir").read_bytes()
+    # the board: the kernel is the host's, so the op is unsupported there until its Ascend kernel is given
+    fold = json.loads((run / "fold" / "stage.json").read_text())["counts"]
+    assert fold["off_ai_core"] == [f"{fn} x1 (unsupported)"]
+    from torch2ms.package.compat import scan_mindir
+    from torch2ms.runtime import mindir_layout
+
+    assert run / "mindir" / "kernels" / f"{fn}.so" in mindir_layout.files(run / "mindir")  # what the bundle carries
+    (finding,) = scan_mindir(run / "mindir" / "network.mindir")["findings"]
+    assert (
+        finding["level"] == "error" and finding["first"] == fn and "supply its Ascend implementation" in finding["why"]
+    )
+    given = run / "mindir" / "kernels" / "ascend" / fn
+    given.mkdir(parents=True)
+    (given / "silu_mul.cpp").write_text("// the user's Ascend C kernel\n")
+    (finding,) = scan_mindir(run / "mindir" / "network.mindir")["findings"]
+    assert finding["level"] == "check" and "AI Core" in finding["why"] and "silu_mul.cpp" in finding["why"]
     cached = Path(record["cache"])
     stamp = cached.stat().st_mtime_ns
     from torch2ms.custom.aot import KERNELS, build
@@ -246,3 +264,20 @@ def test_kernel_that_crashes_fails_its_stage_and_the_run_resumes(tmp_path):
     assert status["export"] == "up to date" and status["rebuild"] == "passed"
     worst = max(m["max_abs"] for m in again.stages[1].record["metrics"])
     np.testing.assert_array_less(worst, 1e-5)
+
+
+def test_placement_with_an_ascend_kernel_is_ai_core(tmp_path):
+    """The plugin declares the op's Ascend implementation: AI Core, and the MindIR's folder carries it."""
+    (tmp_path / "op.cpp").write_text("// the user's Ascend C kernel\n")
+    (tmp_path / "op.json").write_text("{}\n")
+    ascend = '\n    ascend=torch2ms.AscendKernel(Path(__file__).parent / "op.cpp", Path(__file__).parent / "op.json"),'
+    _, stem, fn, _ = make_case(tmp_path, ascend=ascend)
+    from torch2ms.ascend.placement import place_node
+    from torch2ms.ascend.table import AI_CORE
+    from torch2ms.custom import plugins
+    from torch2ms.graph import load_onnx
+
+    plugins.load(stem, [tmp_path])
+    graph = load_onnx(tmp_path / "custom.onnx")
+    info = place_node(graph, graph.nodes[1], "fp16")
+    assert [(o.cann, o.where.placement) for o in info.ops] == [(fn, AI_CORE)]

@@ -30,4 +30,4 @@ SiluMul (x, y) => (z) {
 @torch2ms.converter("SiluMul", domain="t2ms.example", reference=REFERENCE)
 def silu_mul(em: Emitter) -> str:
     """SiluMul(x, y) -> x * sigmoid(x) * y"""
-    return em.custom(SILU_MUL, em.x(0), em.x(1))
+    return em.custom(SILU_MUL, 0, 1)

@@ -290,13 +290,19 @@ class Emitter:
         layers); returns ``name``, e.g. for ``layer()``. Define a base class before its subclass."""
         return self.sink.define(name, source)
 
-    def custom(self, kernel, *inputs: str) -> str:
-        """Call the user's AOT kernel (``torch2ms.custom.aot.AotKernel``) on the ``inputs`` expressions:
-        a cell declaring its ``ops.Custom`` with the kernel's shape and dtype inference in ``__init__``.
-        The inference, evaluated on this node's inputs, must give the node's ONNX output shape."""
+    def custom(self, kernel, *inputs: int | np.ndarray) -> str:
+        """Call the user's AOT kernel (``torch2ms.custom.aot.AotKernel``) on ``inputs``: node input
+        indices, or arrays (stored in the checkpoint, e.g. a weight). A cell declares its ``ops.Custom``
+        with the kernel's shape and dtype inference in ``__init__``; that inference, evaluated on these
+        inputs' shapes, must give the node's ONNX output shape."""
         from torch2ms.custom.aot import check_inference
 
-        check_inference(kernel, self)
+        shapes = [list(self.shape(i)) if isinstance(i, int) else list(np.shape(i)) for i in inputs]
+        check_inference(kernel, self, shapes)
+        args = [
+            self.x(i) if isinstance(i, int) else self.tensor(i, f"{self.name_hint('custom')}_{k}")
+            for k, i in enumerate(inputs)
+        ]
         self.define("os", "import os")  # the cell finds its library beside network.py
         cls = self.define(kernel.cell, kernel.cell_source())
-        return f"{self.layer(cls)}({', '.join(inputs)})"
+        return f"{self.layer(cls)}({', '.join(args)})"

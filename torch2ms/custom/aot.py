@@ -37,6 +37,7 @@ from pathlib import Path
 from torch2ms.errors import PluginError
 
 KERNEL_DIR = "kernels"
+ASCEND_DIR = "ascend"  # kernels/ascend/<function>/: the op's Ascend implementation and op-info, for the board
 COMPILER = "g++"
 
 
@@ -47,7 +48,10 @@ class KernelError(PluginError):
 @dataclass(frozen=True)
 class AscendKernel:
     """The op's Ascend implementation for the board: a TBE (.py) or Ascend C (.cpp) source and its
-    op-info registration (the JSON/INI a CANN custom-op package installs); carried into the bundle."""
+    op-info registration (the JSON/INI a CANN custom-op package installs), carried into the bundle
+    under ``kernels/ascend/<function>/``; built and installed on the board as MindSpore's Ascend AOT
+    custom ops are (https://www.mindspore.cn/tutorials/en/r2.10.0/custom_program/operation/
+    op_custom_ascendc.html). torch2ms does not build it: no CANN here."""
 
     source: Path
     op_info: Path
@@ -204,6 +208,12 @@ def carry_into_mindir(src: Path, out: Path, graph: Path) -> list[str]:
     if not (src / KERNEL_DIR).is_dir():
         return []
     shutil.copytree(src / KERNEL_DIR, out / KERNEL_DIR, dirs_exist_ok=True)
+    for kernel in KERNELS.values():  # the board's implementation, where the plugin gives one
+        if kernel.ascend is not None and (out / KERNEL_DIR / kernel.library).is_file():
+            target = out / KERNEL_DIR / ASCEND_DIR / kernel.function
+            target.mkdir(parents=True, exist_ok=True)
+            for path in (kernel.ascend.source, kernel.ascend.op_info):
+                shutil.copy2(path, target / Path(path).name)
     from mindspore.train import mind_ir_pb2
 
     model = mind_ir_pb2.ModelProto()
@@ -215,26 +225,26 @@ def carry_into_mindir(src: Path, out: Path, graph: Path) -> list[str]:
                 attr.s = attr.s.replace(prefix, f"{KERNEL_DIR}/".encode())
     graph.chmod(0o600)
     graph.write_bytes(model.SerializeToString())
-    return sorted(p.name for p in (out / KERNEL_DIR).iterdir())
+    return sorted(p.relative_to(out / KERNEL_DIR).as_posix() for p in (out / KERNEL_DIR).rglob("*") if p.is_file())
 
 
 # kernel function -> the ONNX op a converter called it for ("domain.Op"), for records and errors
 OPS: dict[str, str] = {}
 
 
-def check_inference(kernel: AotKernel, em) -> None:
-    """The kernel's ``out_shape`` on the node's input shapes must be the node's ONNX output shape,
+def check_inference(kernel: AotKernel, em, shapes: list[list[int]]) -> None:
+    """The kernel's ``out_shape`` on its inputs' ``shapes`` must be the node's ONNX output shape,
     else MindSpore would allocate an output the kernel does not fill as PyTorch computes it."""
     node = em.node
     op = f"{node.domain}.{node.op_type}" if node.domain else node.op_type
     OPS[kernel.function] = op
     where = f"custom op {op} (node {node.name!r}): AOT kernel {kernel.function}"
-    if len(kernel.inputs) != em.n_inputs():
-        raise KernelError(f"{where} takes {len(kernel.inputs)} inputs {kernel.inputs}, the node has {em.n_inputs()}")
-    try:
-        shape = eval(f"lambda {', '.join(kernel.inputs)}: {kernel.out_shape}")(  # noqa: S307 - the plugin's own code
-            *(list(em.shape(i)) for i in range(em.n_inputs()))
+    if len(kernel.inputs) != len(shapes):
+        raise KernelError(
+            f"{where} takes {len(kernel.inputs)} inputs {kernel.inputs}, the converter gives {len(shapes)}"
         )
+    try:
+        shape = eval(f"lambda {', '.join(kernel.inputs)}: {kernel.out_shape}")(*shapes)  # noqa: S307 - the plugin's code
     except Exception as err:  # noqa: BLE001 - any error of the plugin's expression
         raise KernelError(f"{where}: out_shape {kernel.out_shape!r} raised {type(err).__name__}: {err}") from None
     if tuple(int(d) for d in shape) != em.out_shape(0):
@@ -257,3 +267,30 @@ def running_in(folder: Path | None):
         yield
     finally:
         os.chdir(before)
+
+
+def mindir_kernels(model) -> dict[str, str]:
+    """The AOT kernels a MindIR's Custom ops load (a ``mind_ir_pb2.ModelProto``): function -> library path."""
+    out = {}
+    for prim in model.primitives:
+        for attr in prim.attribute:
+            if attr.name == "func_name" and b":" in attr.s:
+                library, _, function = attr.s.decode().rpartition(":")
+                out[function] = library
+    return out
+
+
+def board_finding(function: str, folder: Path) -> tuple[str, str]:
+    """(level, why) of a Custom op on the Ascend board: its implementation is in the bundle
+    (``kernels/ascend/<function>/``) or the user must supply it."""
+    given = folder / KERNEL_DIR / ASCEND_DIR / function
+    if given.is_dir() and any(given.iterdir()):
+        files = ", ".join(sorted(p.name for p in given.iterdir()))
+        return "check", (
+            f"custom op {function}: AI Core, the user's Ascend kernel ({KERNEL_DIR}/{ASCEND_DIR}/{function}/: "
+            f"{files}); build and install it as a CANN custom-op package on the board before converting"
+        )
+    return "error", (
+        f"custom op {function}: unsupported on the board, its kernel is a host CPU library; supply its Ascend "
+        "implementation (a TBE or Ascend C source and its op-info registration) as AotKernel(ascend=AscendKernel(...))"
+    )
