@@ -281,3 +281,22 @@ def test_placement_with_an_ascend_kernel_is_ai_core(tmp_path):
     graph = load_onnx(tmp_path / "custom.onnx")
     info = place_node(graph, graph.nodes[1], "fp16")
     assert [(o.cann, o.where.placement) for o in info.ops] == [(fn, AI_CORE)]
+
+
+@pytest.mark.slow
+def test_example_torch_library_op_through_five_stages(tmp_path, monkeypatch):
+    """examples/custom_op: a torch.library op, its custom symbolic, the plugin's AOT kernel: every
+    stage against PyTorch; the export check runs onnxruntime on the plugin's reference."""
+    from conftest import REPO
+
+    from torch2ms.pipeline.runner import Runner
+    from torch2ms.recipe import load_recipe
+
+    recipe = load_recipe(REPO / "examples" / "custom_op" / "silu_mul.yaml")
+    result = Runner(recipe, tmp_path / "runs", log=lambda m: None).run()
+    assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
+    model = onnx.load(str(tmp_path / "runs" / recipe.name / "export" / "model.onnx"))
+    assert [(n.domain, n.op_type) for n in model.graph.node if n.domain] == [("t2ms.example", "SiluMul")]
+    assert [(f.domain, f.name) for f in model.functions] == [("t2ms.example", "SiluMul")]
+    network = (tmp_path / "runs" / recipe.name / "fold" / "network.py").read_text()
+    assert "ops.Custom(" in network and 'library + ":SiluMul"' in network and 'func_type="aot"' in network
