@@ -6,6 +6,7 @@ that does not compile, one whose declared output shape is wrong, one that crashe
 from __future__ import annotations
 
 import json
+import tarfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -222,6 +223,15 @@ def test_aot_kernel_through_every_stage_and_its_build_cached(tmp_path):
     (given / "silu_mul.cpp").write_text("// the user's Ascend C kernel\n")
     (finding,) = scan_mindir(run / "mindir" / "network.mindir")["findings"]
     assert finding["level"] == "check" and "AI Core" in finding["why"] and "silu_mul.cpp" in finding["why"]
+    # the bundle carries model/kernels/ and its MindIR runs from there (verify), the compat report names the op
+    from torch2ms.package.build import build_bundle
+
+    bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None).path
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert any(n.endswith(f"model/kernels/{fn}.so") for n in names)
+    assert any(n.endswith(f"model/kernels/ascend/{fn}/silu_mul.cpp") for n in names)
+    assert run_cli("verify", str(bundle)) == 0
     cached = Path(record["cache"])
     stamp = cached.stat().st_mtime_ns
     from torch2ms.custom.aot import KERNELS, build
