@@ -66,6 +66,8 @@ def declared() -> str:
 def embed_references(model: onnx.ModelProto) -> list[str]:
     """Add the reference function of each custom-domain op ``model`` uses (and its domain's opset
     import); returns the ops added, as ``domain.op``."""
+    if not REFERENCES:
+        return []
     have = {(f.domain, f.name) for f in model.functions}
     used = {(n.domain, n.op_type) for n in model.graph.node if n.domain not in ("", "ai.onnx")}
     added = []
@@ -83,6 +85,8 @@ def embed_references(model: onnx.ModelProto) -> list[str]:
 
 def embed_references_file(path) -> list[str]:
     """``embed_references`` on the ONNX file at ``path``, rewritten only when something was added."""
+    if not REFERENCES:  # no plugin declared one: the file is not read again (a model can be gigabytes)
+        return []
     from torch2ms.pipeline.workspace import atomic_write_bytes
 
     model = onnx.load(str(path))
