@@ -310,3 +310,37 @@ def test_example_torch_library_op_through_five_stages(tmp_path, monkeypatch):
     assert [(f.domain, f.name) for f in model.functions] == [("t2ms.example", "SiluMul")]
     network = (tmp_path / "runs" / recipe.name / "fold" / "network.py").read_text()
     assert "ops.Custom(" in network and 'library + ":SiluMul"' in network and 'func_type="aot"' in network
+
+
+def test_plugin_replacing_a_builtin_op_takes_only_what_it_claims(tmp_path, monkeypatch):
+    """examples/custom_op/t2ms_depthwise: a 3x3 depthwise Conv goes to the user kernel (its weight
+    and bias stored in the checkpoint), a 1x1 Conv to the built-in converter; checked against
+    onnxruntime in the rebuild stage."""
+    from conftest import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "custom_op"))
+    rng = np.random.default_rng(0)
+    dw = helper.make_tensor("dw", TensorProto.FLOAT, [4, 1, 3, 3], rng.standard_normal(36).astype(np.float32))
+    db = helper.make_tensor("db", TensorProto.FLOAT, [4], rng.standard_normal(4).astype(np.float32))
+    pw = helper.make_tensor("pw", TensorProto.FLOAT, [6, 4, 1, 1], rng.standard_normal(24).astype(np.float32))
+    nodes = [
+        helper.make_node("Conv", ["input", "dw", "db"], ["d"], name="/dw/Conv", group=4, pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("Conv", ["d", "pw"], ["output"], name="/pw/Conv"),
+    ]
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4, 9, 9])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 6, 5, 5])
+    graph = helper.make_graph(nodes, "dw", [x], [y], initializer=[dw, db, pw])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "dw.onnx"))
+    recipe = {
+        "name": "dw",
+        "model": {"onnx": "dw.onnx"},
+        "inputs": [{"name": "input", "shape": [1, 4, 9, 9]}],
+        "check": {"samples": 1},
+        "converters": ["t2ms_depthwise"],
+        "output": str(tmp_path / "runs"),
+    }
+    (tmp_path / "dw.yaml").write_text(yaml.safe_dump(recipe))
+    result = _runner(tmp_path / "dw.yaml").run(until="rebuild")
+    assert [s.status for s in result.stages[:2]] == ["passed", "passed"], [s.reason for s in result.stages]
+    layers = json.loads((tmp_path / "runs" / "dw" / "rebuild" / "conversion.json").read_text())["layers"]
+    assert layers == {"DepthwiseConv3x3S2Kernel": 1, "nn.Conv2d": 1}

@@ -300,7 +300,7 @@ class Emitter:
         shapes = [list(self.shape(i)) if isinstance(i, int) else list(np.shape(i)) for i in inputs]
         check_inference(kernel, self, shapes)
         args = [
-            self.x(i) if isinstance(i, int) else self.tensor(i, f"{self.name_hint('custom')}_{k}")
+            self.x(i) if isinstance(i, int) else self.tensor(i, f"{self.name_hint('custom')}_{kernel.inputs[k]}")
             for k, i in enumerate(inputs)
         ]
         self.define("os", "import os")  # the cell finds its library beside network.py
