@@ -93,7 +93,8 @@ def run_in_child(runner, stage, fp: str, fp_payload: dict, done: list[str], floo
         raise outcome["error"]
     if "interrupted" in outcome:
         raise KeyboardInterrupt
-    plugins = f"; it runs the AOT kernels of converter plugins {sorted(runner.plugins)}" if runner.plugins else ""
+    used = runner.plugins
+    plugins = f"; it runs the AOT kernels of converter plugins {sorted(used)}" if used else ""
     raise StageFailed(
         f"stage {stage.name!r} failed after {done}: its process {_ended(code)} before it gave a result{plugins}",
         hint="a process killed by SIGKILL was most often out of memory (see `dmesg`), by SIGSEGV a native kernel "
