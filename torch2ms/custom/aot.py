@@ -2,7 +2,7 @@
 
 A plugin declares ``AotKernel(source=..., function=..., inputs=(...), out_shape=..., out_dtype=...)``
 beside its converter, which returns ``em.custom(kernel, ...)`` (``torch2ms.converters.api``). The
-kernel is MindSpore's AOT CPU signature (https://www.mindspore.cn/docs/en/r2.10/api_python/ops/
+kernel is MindSpore's AOT CPU signature (https://www.mindspore.cn/docs/en/r2.10.0/api_python/ops/
 mindspore.ops.Custom.html, ``func_type="aot"``)::
 
     extern "C" int Function(int nparam, void **params, int *ndims, int64_t **shapes,
