@@ -1,5 +1,6 @@
 """Everything a converter may use, in one module: ``@converter``, ``Unsupported``, the
-``Emitter`` it is handed, ``literal`` and the dtype names.
+``Emitter`` it is handed, ``literal`` and the dtype names. A user's converter plugin uses the same
+(``torch2ms.custom``, exported lazily by ``torch2ms``), and ``Emitter.custom`` for its AOT kernel.
 
 A converter is a function registered with ``@converter("Conv", since=11)``. It receives an
 ``Emitter`` for one node plus the node's ONNX attributes as keyword arguments with the spec's
