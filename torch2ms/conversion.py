@@ -62,7 +62,9 @@ def convert_graph(
     paths to PyTorch class names)."""
     problems = analyse(graph)
     if problems:
-        raise UnsupportedOpsError(format_problems(problems, source, graph.opset), problems)
+        from torch2ms.custom.plugins import refusal
+
+        raise UnsupportedOpsError(refusal(format_problems(problems, source, graph.opset)), problems)
     header = header_for(class_name, source, sha, graph.opset, recipe_name, CONVENTIONS)
     if batch is None:
         return CodeBuilder(graph, class_name).build(header, layout, modules)
@@ -192,6 +194,9 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     ms = msutil.mindspore()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     atomic_write_text(out / "network.py", net.source)
+    from torch2ms.custom import aot
+
+    kernels = aot.install(net.source, out, aot.OPS)  # the user's AOT kernels, in kernels/ beside it
     # from_numpy shares the arrays' memory (ms.Tensor(v) would copy every weight once more)
     params = [{"name": k, "data": ms.Tensor.from_numpy(v)} for k, v in net.params.items()]
     ms.save_checkpoint(params, str(out / "network.ckpt"))
@@ -224,6 +229,7 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
         "batch": {"follows_input": net.batch_source, "static_because": note or net.batch_note},
         # modules layout: the classes made, the modules kept inline in their parent and why
         "layout": net.layout,
+        **({"custom_kernels": kernels} if kernels else {}),
     }
     write_json(out / "conversion.json", counts)
     # the check's PyNative calls, timed: the compile stage states its speedup against them

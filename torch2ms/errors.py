@@ -47,6 +47,10 @@ class UnsupportedOpsError(OnnxError):
         self.problems = problems or []
 
 
+class PluginError(Torch2msError):
+    """A converter plugin (a recipe's ``converters``, an entry point) cannot be used; names the plugin and the op."""
+
+
 class LockedError(Torch2msError):
     """Another torch2ms process is using the same output folder."""
 

@@ -593,6 +593,12 @@ class Recipe(_Strict):
     class_names: tuple[str, ...] | None = None
     postprocess: PostprocessSpec | None = None
     generate: GenerateSpec | None = None
+    converters: tuple[str, ...] = Field(
+        default=(),
+        description="converter plugins: modules importable from the current folder or the recipe's folder "
+        "(e.g. my_package.t2ms_ops) whose @torch2ms.converter functions convert ops torch2ms has no "
+        "converter for (docs/custom_ops.md)",
+    )
     output: str = "runs"
     # Where the recipe file lives: relative paths in it are resolved against this folder.
     base_dir: str = Field(default=".", exclude=True)

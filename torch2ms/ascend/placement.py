@@ -191,6 +191,38 @@ def node_calls(graph: Graph, node: Node) -> list[tuple[str, dict, tuple]]:
     return calls
 
 
+def custom_placement(graph: Graph, node: Node, dtype: str, module: str) -> NodeInfo | None:
+    """A node a converter plugin takes to a user AOT kernel (``torch2ms.custom.aot``): a custom op on
+    AI Core when the plugin gives the kernel's Ascend implementation, else unsupported, saying what
+    the user must supply; None for any other node."""
+    from torch2ms.custom.aot import used_by
+
+    reg = lookup(node.op_type, graph.opset, node.domain)
+    if reg is None or reg.plugin is None:
+        return None
+    sink = RecordingSink()
+    try:
+        call_converter(reg, Emitter(graph, node, sink), node)
+    except Unsupported:
+        return None
+    kernels = used_by("\n".join(sink.defined))
+    if not kernels:
+        return None
+    info = NodeInfo(node)
+    for k in kernels:
+        if k.ascend is not None:
+            where = Where(AI_CORE, dtype, f"custom op: the user's {k.ascend.kind} kernel {k.ascend.source.name}")
+        else:
+            where = Where(
+                UNSUPPORTED,
+                dtype,
+                f"custom op {k.function} (plugin {k.plugin}): a host CPU kernel only; supply its Ascend "
+                "implementation (TBE or Ascend C source and op-info) as AotKernel(ascend=AscendKernel(...))",
+            )
+        info.ops.append(OpPlacement(node.name, module, node.op_type, "ops.Custom", k.function, where))
+    return info
+
+
 def place_node(graph: Graph, node: Node, precision: str) -> NodeInfo:
     info = NodeInfo(node)
     dtype = node_dtype(graph, node)
@@ -201,6 +233,9 @@ def place_node(graph: Graph, node: Node, precision: str) -> NodeInfo:
         if i in graph.values
     )
     module = ".".join(module_path(node.name))
+    custom = custom_placement(graph, node, dtype, module)
+    if custom is not None:
+        return custom
     try:
         calls = node_calls(graph, node)
     except Unsupported as err:

@@ -83,6 +83,9 @@ def check(
     precision: str = typer.Option(
         "fp16", "--precision", help="with --target: the packaged precision, fp16, fp32 or int8"
     ),
+    converters: list[str] = typer.Option(
+        [], "--converters", help="a converter plugin module for an ONNX file, as a recipe's converters (repeatable)"
+    ),
 ) -> None:
     """Report every unsupported op and attribute of a model without converting it (exit 2 if any)."""
     from torch2ms.conversion import find_problems
@@ -106,6 +109,11 @@ def check(
         path, shapes, fuse, fold_spec = _export_for(recipe, out)
         fold, rewrites = fold_spec.enabled, fold_spec.ascend_rewrites
     else:
+        from torch2ms.custom.plugins import load, load_entry_points
+
+        load_entry_points()
+        for module in converters:
+            load(module, [Path.cwd()])
         path, shapes, fuse, fold, rewrites = model, parse_shapes(shape), True, True, True
     try:
         graph = load_onnx(path, shapes)
@@ -114,8 +122,13 @@ def check(
             raise OnnxError(err.message, hint="give its static shape with --shape NAME=1,3,224,224") from None
         raise
     problems = find_problems(graph, fuse, fold)
+    from torch2ms.custom.plugins import describe, refusal
+
     if problems:
-        raise UnsupportedOpsError(format_problems(problems, str(path), graph.opset), problems)
+        raise UnsupportedOpsError(refusal(format_problems(problems, str(path), graph.opset)), problems)
+
+    for line in describe():
+        out_console.print(line, highlight=False, soft_wrap=True)
     counts = graph.op_counts()
     listing = ", ".join(f"{op} x{n}" for op, n in counts.items())
     out_console.print(

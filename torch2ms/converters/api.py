@@ -1,5 +1,6 @@
 """Everything a converter may use, in one module: ``@converter``, ``Unsupported``, the
-``Emitter`` it is handed, ``literal`` and the dtype names.
+``Emitter`` it is handed, ``literal`` and the dtype names. A user's converter plugin uses the same
+(``torch2ms.custom``, exported lazily by ``torch2ms``), and ``Emitter.custom`` for its AOT kernel.
 
 A converter is a function registered with ``@converter("Conv", since=11)``. It receives an
 ``Emitter`` for one node plus the node's ONNX attributes as keyword arguments with the spec's
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from torch2ms.custom.loading import LOADING_PLUGIN
 from torch2ms.graph.ir import Graph, Node, Value
 from torch2ms.graph.names import module_path
 
@@ -35,6 +37,8 @@ class Registration:
     since: int
     fn: Callable
     domain: str = ""
+    plugin: str | None = None  # the user module that registered it (``torch2ms.custom.plugins``); None: built in
+    replaces: bool = False  # a plugin's converter tried before the built-in one, which takes what it declines
 
     @property
     def signature(self) -> str:
@@ -45,17 +49,51 @@ class Registration:
 REGISTRY: dict[tuple[str, str], list[Registration]] = {}
 
 
-def converter(*op_types: str, since: int = 1, domain: str = ""):
-    """Register the decorated function for ``op_types`` from opset ``since`` on."""
+def converter(*op_types: str, since: int = 1, domain: str = "", reference: str | None = None, replaces: bool = False):
+    """Register the decorated function for ``op_types`` of ``domain`` from opset ``since`` on.
+
+    For a plugin (a user's module, ``torch2ms.custom``): ``reference`` is the op as an ONNX function
+    of default-domain ops (``onnx.parser`` text), what onnxruntime runs in its place for the shapes
+    and the export check; ``replaces=True`` lets it take a built-in op (``Conv``) first: returning
+    ``None`` hands the node to the built-in converter. Registering one (domain, op, since) twice,
+    or a built-in op without ``replaces``, is a ``PluginError`` naming both."""
 
     def deco(fn: Callable) -> Callable:
+        plugin = LOADING_PLUGIN[-1] if LOADING_PLUGIN else None
         for op in op_types:
             regs = REGISTRY.setdefault((domain, op), [])
-            regs.append(Registration(op, since, fn, domain))
-            regs.sort(key=lambda r: r.since)
+            new = Registration(op, since, fn, domain, plugin, replaces)
+            _check_new(regs, new)
+            regs.append(new)
+            regs.sort(key=lambda r: (r.since, r.plugin is not None))
+            if reference is not None:
+                from torch2ms.graph.custom import declare_reference
+
+                declare_reference(domain, op, reference, plugin or fn.__module__)
         return fn
 
     return deco
+
+
+def _check_new(regs: list[Registration], new: Registration) -> None:
+    """A registration that would shadow another one unasked: two of one (domain, op, since), or
+    a plugin's for a built-in op without ``replaces=True``."""
+    from torch2ms.errors import PluginError
+
+    op = f"{new.domain}.{new.op_type}" if new.domain else new.op_type
+    who = new.plugin or new.fn.__module__
+    for old in regs:
+        other = old.plugin or old.fn.__module__
+        if old.plugin is None and new.plugin is not None and not new.replaces:
+            raise PluginError(
+                f"converter plugin {who!r}: {op} is a built-in converter ({other})",
+                hint="pass replaces=True to convert it first (return None to hand a node to the built-in one)",
+            )
+        if old.since == new.since and (old.plugin is not None or not new.replaces):
+            raise PluginError(
+                f"converter plugin {who!r}: {op} (since opset {new.since}) is already registered by {other!r}",
+                hint="one converter per op: drop one of the two, or give the newer opset in since=",
+            )
 
 
 # op type -> why torch2ms refuses it (e.g. an output shape that depends on the data, which a
@@ -252,3 +290,20 @@ class Emitter:
         above the network class, for an op that is a loop rather than one call (the recurrent
         layers); returns ``name``, e.g. for ``layer()``. Define a base class before its subclass."""
         return self.sink.define(name, source)
+
+    def custom(self, kernel, *inputs: int | np.ndarray) -> str:
+        """Call the user's AOT kernel (``torch2ms.custom.aot.AotKernel``) on ``inputs``: node input
+        indices, or arrays (stored in the checkpoint, e.g. a weight). A cell declares its ``ops.Custom``
+        with the kernel's shape and dtype inference in ``__init__``; that inference, evaluated on these
+        inputs' shapes, must give the node's ONNX output shape."""
+        from torch2ms.custom.aot import check_inference
+
+        shapes = [list(self.shape(i)) if isinstance(i, int) else list(np.shape(i)) for i in inputs]
+        check_inference(kernel, self, shapes)
+        args = [
+            self.x(i) if isinstance(i, int) else self.tensor(i, f"{self.name_hint('custom')}_{kernel.inputs[k]}")
+            for k, i in enumerate(inputs)
+        ]
+        self.define("os", "import os")  # the cell finds its library beside network.py
+        cls = self.define(kernel.cell, kernel.cell_source())
+        return f"{self.layer(cls)}({', '.join(args)})"

@@ -14,6 +14,7 @@ import inspect
 from dataclasses import dataclass
 
 from torch2ms.converters.api import REFUSED, REGISTRY, Emitter, Registration, Unsupported
+from torch2ms.errors import PluginError
 from torch2ms.graph.ir import Graph, Node
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -23,18 +24,25 @@ def _domain(domain: str) -> str:
     return "" if domain in DEFAULT_DOMAINS else domain
 
 
-def lookup(op_type: str, opset: int, domain: str = "") -> Registration | None:
+def lookup(op_type: str, opset: int, domain: str = "", builtin: bool = False) -> Registration | None:
+    """The newest registration not above ``opset``; a plugin's that ``replaces`` the built-in one
+    first (``builtin=True``: the built-in one, what a plugin's converter declines to)."""
     _load_all()
-    best = None
+    best = first = None
     for reg in REGISTRY.get((_domain(domain), op_type), []):
         if reg.since <= opset:
-            best = reg
-    return best
+            if reg.replaces and not builtin:
+                first = reg
+            elif not reg.replaces:
+                best = reg
+    return first or best
 
 
-def registrations() -> list[Registration]:
+def registrations(plugins: bool = False) -> list[Registration]:
+    """torch2ms's own registrations (what its operator table and tests cover); with ``plugins``, the
+    converter plugins' too."""
     _load_all()
-    return [r for regs in REGISTRY.values() for r in regs]
+    return [r for regs in REGISTRY.values() for r in regs if plugins or r.plugin is None]
 
 
 def refusals() -> dict[str, str]:
@@ -44,12 +52,32 @@ def refusals() -> dict[str, str]:
 
 
 def call_converter(reg: Registration, emitter: Emitter, node: Node):
-    """Call ``reg.fn(emitter, **attrs)``; unknown attributes become ``Unsupported``."""
+    """Call ``reg.fn(emitter, **attrs)``; unknown attributes become ``Unsupported``. A plugin's
+    converter that raises anything else is a ``PluginError`` naming the plugin and the op; one that
+    ``replaces`` a built-in converter and returns None hands the node to it."""
     params = inspect.signature(reg.fn).parameters
     unknown = [a for a in node.attrs if a not in params]
     if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         raise Unsupported(f"attribute {', '.join(repr(a) for a in unknown)} not supported")
-    return reg.fn(emitter, **node.attrs)
+    if reg.plugin is None:
+        return reg.fn(emitter, **node.attrs)
+    try:
+        expr = reg.fn(emitter, **node.attrs)
+    except (Unsupported, PluginError):
+        raise
+    except Exception as err:
+        op = f"{reg.domain}.{reg.op_type}" if reg.domain else reg.op_type
+        raise PluginError(
+            f"converter plugin {reg.plugin!r}: its converter {reg.fn.__name__} for {op} (node {node.name!r}) "
+            f"raised {type(err).__name__}: {err}",
+            hint="a converter raises Unsupported(reason) for a node it cannot express",
+        ) from err
+    if expr is None and reg.replaces:
+        builtin = lookup(node.op_type, emitter.graph.opset, node.domain, builtin=True)
+        if builtin is None:
+            raise Unsupported(f"declined by converter plugin {reg.plugin!r}, and torch2ms has no converter")
+        return call_converter(builtin, emitter, node)
+    return expr
 
 
 @dataclass(frozen=True)
@@ -101,6 +129,8 @@ def problem_of(graph: Graph, node: Node) -> str | None:
             return f"needs opset >= {min(known)}"
         if _domain(node.domain) == "" and node.op_type in REFUSED:
             return f"refused: {REFUSED[node.op_type]}"
+        if _domain(node.domain) not in ("", "torch2ms"):  # torch2ms: the nodes its own passes make
+            return "no converter (a converter plugin can give one: recipe field converters, docs/custom_ops.md)"
         return "no converter"
     try:
         call_converter(reg, Emitter(graph, node), node)

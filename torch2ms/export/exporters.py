@@ -72,6 +72,7 @@ def export_onnx(wrapped, example, onnx_path: Path, names_io, recipe) -> tuple[li
                     tracer = _torchscript(wrapped, example, onnx_path, names_io, opset)
                 else:
                     tracer = _dynamo(wrapped, example, onnx_path, names_io, opset)
+                embed_references_file(onnx_path)  # a plugin's custom op, as onnxruntime can run it (graph.custom)
                 _loadable(onnx_path)
             except _PathFailed as failed:
                 attempts.append(Attempt(exporter, opset, failed.reason))
@@ -249,6 +250,12 @@ def _dynamo(wrapped, example, onnx_path: Path, names_io, opset: int) -> list[str
     except Exception as err:
         raise _PathFailed(_reason(err)) from None
     return []
+
+
+def embed_references_file(path: Path) -> None:
+    from torch2ms.graph.custom import embed_references_file as embed
+
+    embed(path)
 
 
 def _loadable(path: Path) -> None:

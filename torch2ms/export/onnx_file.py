@@ -46,6 +46,9 @@ def read_source(recipe):
         model = read_onnx(path)
     except OnnxError as err:
         raise OnnxError(f"model.onnx: {err.message}", hint=err.hint) from None
+    from torch2ms.graph.custom import embed_references
+
+    embed_references(model)  # a plugin's custom op, as onnxruntime can run it: the reference (graph.custom)
     check_model(model, f"model.onnx: {path}")  # opset, domains, dtypes first: the clearest reasons
     try:
         onnx.checker.check_model(model, full_check=False)

@@ -130,6 +130,9 @@ def type_name(elem_type: int) -> str:
 
 def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None, fold: bool = True) -> Graph:
     model = read_onnx(path)
+    from torch2ms.graph.custom import embed_references
+
+    embed_references(model)  # a plugin's custom op, as onnxruntime runs it for the shapes (graph.custom)
     opset = check_model(model, str(path))
     return graph_from_model(model, opset, input_shapes, fold=fold, source=str(path), own_model=True)
 
@@ -153,16 +156,21 @@ def check_model(model: onnx.ModelProto, source: str = "model") -> int:
                 hint=hint,
             )
     foreign: dict[str, list[str]] = {}
+    # a custom op a plugin declared reaches here with its reference as a model-local function (graph.custom)
+    local = {(f.domain, f.name) for f in model.functions}
     for n in nodes:
-        if n.domain not in DEFAULT_DOMAINS:
+        if n.domain not in DEFAULT_DOMAINS and (n.domain, n.op_type) not in local:
             ops = foreign.setdefault(n.domain, [])
             if n.op_type not in ops:
                 ops.append(n.op_type)
     if foreign:
         listed = "; ".join(f"domain {d!r}: {', '.join(ops)}" for d, ops in sorted(foreign.items()))
+        from torch2ms.graph.custom import declared
+
         raise OnnxError(
-            f"{source}: ops outside the default ONNX domain cannot be converted ({listed})",
-            hint="torch2ms converts ops of the default ONNX domain; export without custom or ai.onnx.ml ops",
+            f"{source}: ops outside the default ONNX domain cannot be converted ({listed})" + declared(),
+            hint="torch2ms converts ops of the default ONNX domain, and a custom op a converter plugin (recipe "
+            "field converters) gives a reference for (docs/custom_ops.md)",
         )
     problems = _dtype_problems(model.graph, nodes)
     if problems:

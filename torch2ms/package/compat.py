@@ -124,8 +124,26 @@ def scan_mindir(path: Path) -> dict:
     findings = [
         {"where": "mindir", "op": op, "level": level, "count": ops[op], "first": first[op], "why": why}
         for op, (level, why) in MINDIR_OPS.items()
-        if ops[op]
+        if ops[op] and op != "Custom"
     ]
+    from torch2ms.custom.aot import board_finding, mindir_kernels
+
+    kernels = mindir_kernels(m)  # a user's AOT kernel: AI Core when the plugin gave its Ascend kernel
+    for function in sorted(kernels):
+        level, why = board_finding(function, Path(path).parent)
+        findings.append({"where": "mindir", "op": "Custom", "level": level, "count": 1, "first": function, "why": why})
+    if ops["Custom"] and not kernels:
+        level, why = MINDIR_OPS["Custom"]
+        findings.append(
+            {
+                "where": "mindir",
+                "op": "Custom",
+                "level": level,
+                "count": ops["Custom"],
+                "first": first["Custom"],
+                "why": why,
+            }
+        )
     names = [g.name for g in m.functions] + list(ops)
     fused = sorted({n for n in names if any(mark in n for mark in FUSION_MARKERS)})
     return {"ops": compute, "findings": findings, "fused_kernels": fused}

@@ -132,11 +132,20 @@ def _task(manifest: dict, outputs, reference) -> tuple[dict | None, str | None]:
 
 
 def _run_mindir(root: Path, manifest: dict):
-    from torch2ms.pipeline.workspace import load_npz, split_batches, split_lengths, split_reference
+    from torch2ms.custom.aot import running_in
     from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
     ms.set_context(mode=ms.GRAPH_MODE)
+    root = root.resolve()
+    # a Custom op's library is kernels/x.so, found from the MindIR's folder (torch2ms.custom.aot)
+    with running_in(root / "model" if (root / "model" / "kernels").is_dir() else None):
+        return _run_graph(ms, msutil, root, manifest)
+
+
+def _run_graph(ms, msutil, root: Path, manifest: dict):
+    from torch2ms.pipeline.workspace import load_npz, split_batches, split_lengths, split_reference
+
     try:
         cell = ms.nn.GraphCell(ms.load(str(root / "model" / "network.mindir")))
         inputs, reference = split_reference(load_npz(root / "samples" / "reference.npz"))

@@ -30,6 +30,7 @@ CONVERSION_CODE = (
     "codegen",
     "compare.py",
     "conversion.py",
+    "custom",  # converter plugins and their AOT kernels
     "converters",
     "errors.py",
     "export",  # the exporter chain, the float32 noise floor, an ONNX file as the source

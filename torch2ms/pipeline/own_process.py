@@ -93,10 +93,13 @@ def run_in_child(runner, stage, fp: str, fp_payload: dict, done: list[str], floo
         raise outcome["error"]
     if "interrupted" in outcome:
         raise KeyboardInterrupt
+    used = runner.plugins
+    plugins = f"; it runs the AOT kernels of converter plugins {sorted(used)}" if used else ""
     raise StageFailed(
-        f"stage {stage.name!r} failed after {done}: its process {_ended(code)} before it gave a result",
-        hint="a process killed by SIGKILL was most often out of memory (see `dmesg`); "
-        "`torch2ms convert --one-process` runs every stage in one process, for a debugger",
+        f"stage {stage.name!r} failed after {done}: its process {_ended(code)} before it gave a result{plugins}",
+        hint="a process killed by SIGKILL was most often out of memory (see `dmesg`), by SIGSEGV a native kernel "
+        "(a plugin's: its record names the .cc); `torch2ms convert --one-process` runs every stage in one process, "
+        "for a debugger",
     )
 
 

@@ -103,8 +103,13 @@ class Runner:
         stages: list[Stage] | None = None,
         own_processes: bool = False,
     ):
+        from torch2ms.custom import plugins
+
         self.recipe = recipe
-        # stages that declare ``own_process`` run in a process of their own (``pipeline.own_process``)
+        # the recipe's converter plugins, in every process that converts it (this one, a stage's own)
+        self.plugins = plugins.load_for(recipe)
+        # stages that declare ``own_process`` run in a process of their own (``pipeline.own_process``);
+        # with plugins, every stage does: a user's kernel that crashes ends its stage's process only
         self.own_processes = own_processes
         root = Path(out_root or recipe.output)
         self.run_dir = RunDir(root / recipe.name)
@@ -171,13 +176,19 @@ class Runner:
         for source in self._sources(i, stage):
             rec = self.run_dir.read_record(source) or {}
             inputs.update({f"{source}/{k}": v for k, v in rec.get("artifacts", {}).items()})
-        return {
+        payload = {
             "stage": stage.name,
             "config": stage.config(self.recipe),
             "previous": prev_fp,
             "inputs": inputs,
             "versions": self.versions,
         }
+        if self.plugins:  # a plugin's code and kernels convert as torch2ms's own do
+            from torch2ms.custom.plugins import fingerprint
+
+            # the kernels' sources, for the stages that run a network.py (the export runs none)
+            payload["plugins"] = fingerprint(self.plugins, kernels="network.py" in (*stage.reads, *stage.writes))
+        return payload
 
     def _up_to_date(self, stage: Stage, fp: str) -> StageResult | None:
         """The stage's cached result when its record settled at this fingerprint and its artifacts
@@ -216,7 +227,7 @@ class Runner:
     def _execute(self, stage: Stage, fp: str, fp_payload: dict, done: list[str], floors: Floors) -> StageResult:
         """Run, check and commit ``stage`` (``_execute_here``): in this process, or in one of its own
         when it declares ``own_process`` and the runner was asked for that."""
-        if self.own_processes and stage.own_process:
+        if self.own_processes and (stage.own_process or self.plugins):
             from torch2ms.pipeline.own_process import run_in_child
 
             return run_in_child(self, stage, fp, fp_payload, done, floors)

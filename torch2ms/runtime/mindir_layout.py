@@ -41,13 +41,17 @@ def export(ms, cell, *example, folder: Path) -> list[Path]:
 
 
 def files(folder: Path) -> list[Path]:
-    """The MindIR in ``folder``: the graph first, then its weight files (if any) in name order."""
+    """The MindIR in ``folder``: the graph first, then its weight files (if any) in name order, then
+    the user kernels its Custom ops load (``kernels/``, ``torch2ms.custom.aot``)."""
     folder = Path(folder)
     graph = folder / GRAPH
     if not graph.is_file():
         raise FileNotFoundError(f"{graph} is missing")
-    variables = folder / VARIABLES
-    return [graph, *(sorted(p for p in variables.rglob("*") if p.is_file()) if variables.is_dir() else [])]
+    out = [graph]
+    for sub in (VARIABLES, "kernels"):
+        if (folder / sub).is_dir():
+            out += sorted(p for p in (folder / sub).rglob("*") if p.is_file())
+    return out
 
 
 def bundle_entries(folder: Path, prefix: str = "model") -> dict[str, Path]:

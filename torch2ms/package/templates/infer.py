@@ -97,7 +97,9 @@ class Model:
 
             ms.set_context(mode=ms.GRAPH_MODE, device_target={"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}[device])
             self.ms = ms
-            self.cell = ms.nn.GraphCell(ms.load(str(path)))
+            if (path.parent / "kernels").is_dir():  # a Custom op's library: kernels/x.so, from the MindIR's folder
+                os.chdir(path.parent)
+            self.cell = ms.nn.GraphCell(ms.load(str(path.resolve())))
             self.lite = None
             self.runtime = f"mindspore {ms.__version__} GraphCell ({device})"
 
