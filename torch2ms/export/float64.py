@@ -208,5 +208,23 @@ class GridSample(OpRun):
         return (out.numpy(),)
 
 
+class BatchNormalization(OpRun):
+    """BatchNormalization in inference mode, ``(x - mean) / sqrt(var + epsilon) * scale + bias``, at
+    every opset. The ONNX operator page (BatchNormalization-9, "Output case #2: Y (test mode)")
+    makes a node with one output the inference form; the evaluator's versions 6 and 9 instead take
+    a ``momentum`` attribute, which exporters write in any mode, as training mode and normalise by
+    the batch's own statistics. A training-mode node (more than one output) is refused."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, spatial=None):
+        if len(self.output) > 1 or training_mode:
+            raise RuntimeError(f"BatchNormalization {self.onnx_node.name!r} is in training mode")
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        eps = 1e-5 if epsilon is None else epsilon
+        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+        return (y.astype(x.dtype),)
+
+
 # the evaluator's ops replaced for the float64 run
-OPS = (HardSwish, GatherElements, GridSample)
+OPS = (HardSwish, GatherElements, GridSample, BatchNormalization)
