@@ -21,10 +21,15 @@ from torch2ms.errors import OnnxError, RecipeError
 from torch2ms.pipeline.stage import StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz
 
+PACKAGE_PREFIX = "package:"
+
 
 def source_path(recipe) -> Path:
-    """The recipe's ``model.onnx`` resolved (relative to the recipe's folder); it must exist."""
-    path = recipe.resolve(recipe.model.onnx)
+    """The recipe's ``model.onnx`` resolved (relative to the recipe's folder, or
+    ``package:<module>/<path>`` inside an installed package, e.g. the models rapidocr ships); it must
+    exist."""
+    entry = recipe.model.onnx
+    path = _in_package(entry) if entry.startswith(PACKAGE_PREFIX) else recipe.resolve(entry)
     if not path.is_file():
         raise RecipeError(
             f"model.onnx: {path}: file not found",
@@ -32,6 +37,23 @@ def source_path(recipe) -> Path:
             "run's export/model.onnx must be written first (recipes/deeplabv3plus_onnx.yaml: make convert)",
         )
     return path
+
+
+def _in_package(entry: str) -> Path:
+    """``package:<module>/<path>``: ``<path>`` in the folder of the installed module ``<module>``."""
+    import importlib.util
+
+    module, _, inner = entry[len(PACKAGE_PREFIX) :].partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise RecipeError(
+            f"model.onnx: {entry}: no installed package {module!r}",
+            hint="install it (the fixtures' packages: requirements.txt), or give a file path",
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / inner
 
 
 def read_source(recipe):
