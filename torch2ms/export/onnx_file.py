@@ -114,7 +114,8 @@ def _match_inputs(model, recipe, path: Path) -> None:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
         if dtype != np.dtype(spec.dtype):
             raise RecipeError(f"inputs.{k}.dtype: {path} input {spec.name!r} is {dtype}, the recipe says {spec.dtype}")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        # a dim_value of -1 (PaddlePaddle's exporter: rapidocr's cls model) is a dynamic dimension too
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim]
         if len(dims) != len(spec.shape) or any(d is not None and d != s for d, s in zip(dims, spec.shape)):
             shown = ["?" if d is None else d for d in dims]
             raise RecipeError(
