@@ -20,6 +20,7 @@ from typing import Any
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
+from torch2ms.export.verdict import CACHE_KEY as EXPORT_VERDICT
 from torch2ms.pipeline import evidence as proof
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
@@ -365,6 +366,10 @@ class Runner:
                 accumulated, evidence = self._reference_off(stage, diff, m, outputs)
                 if evidence:
                     violations, bounds = [], accumulated["bounds"]
+        decided = self.ctx.cache.pop(EXPORT_VERDICT, None) if stage.noise_floor else None
+        if decided and violations and violations == m.tensor_violations:  # export.verdict decided it
+            evidence = decided
+            violations = [f"{'; '.join(violations)}, and {decided['why']}"] if decided["by"] == "wrong" else []
         if beyond:
             evidence = self._evidence(stage, out, beyond, diff, outputs)
             if evidence["by"] == "wrong" and diff is None:  # export: its float64 run
