@@ -52,3 +52,42 @@ def test_detected_text_boxes_match_rapidocrs_pipeline(tmp_path):
     ms_boxes, _ = post(ms_map, (192, 448))
     assert len(ort_boxes) >= 5 and len(ms_boxes) == len(ort_boxes)
     assert min(max(iou(a, b) for b in ms_boxes) for a in ort_boxes) > 0.95
+
+
+def page_lines():
+    """The text lines rapidocr's own pipeline cuts from skimage's scanned page, as its recogniser's
+    input tensors [1, 3, 48, 320] (``TextRecognizer.resize_norm_img``), top to bottom."""
+    import cv2
+    import skimage.data
+    from rapidocr_onnxruntime import RapidOCR
+
+    engine = RapidOCR()
+    img = cv2.cvtColor(skimage.data.page(), cv2.COLOR_GRAY2BGR)
+    boxes, _ = engine.text_det(img)
+    crops = engine.get_crop_img_list(img, engine.sorted_boxes(boxes))
+    return engine, [engine.text_rec.resize_norm_img(c, 320 / 48)[None] for c in crops]
+
+
+@pytest.mark.slow
+def test_recognised_text_is_rapidocrs(tmp_path):
+    from torch2ms.runtime import msutil
+
+    engine, lines = page_lines()
+    assert len(lines) >= 5
+    data = yaml.safe_load((REPO / "recipes" / "ppocr_rec.yaml").read_text())
+    files = []
+    for k, x in enumerate(lines[:2]):
+        files.append(str(tmp_path / f"line{k}.npy"))
+        np.save(files[-1], x)
+    data.update(output=str(tmp_path / "runs"))
+    data["inputs"][0]["data"] = files
+    path = tmp_path / "ppocr_rec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = Runner(load_recipe(path), log=lambda m: None).run()
+    assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
+    net = msutil.build_network(result.root / "fold", "ppocr_rec_fixture")
+    decode = engine.text_rec.postprocess_op  # CTCLabelDecode with the model's own character list
+    for x in lines:
+        theirs = decode(engine.text_rec.session(x)[0])[0][0]
+        ours = decode(msutil.run_cell(net, [{"x": x}], ["probs"])[0]["probs"])[0][0]
+        assert ours == theirs and theirs
