@@ -27,10 +27,11 @@ unexport PYTHONDONTWRITEBYTECODE
 # uv installs what pip would (the same versions, from the same registry) in a third of the time: from a
 # fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). --compile-bytecode
 # as pip does: the .pyc files are there before the first of the suite's processes imports torch (above).
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
 	$(UV) -r requirements.txt
+	$(UV) --no-deps -r requirements-nodeps.txt
 	$(UV) --no-deps -e .
 	touch $(STAMP)
 

@@ -188,3 +188,30 @@ def test_the_freeing_run_gives_what_the_evaluators_own_run_gives():
     assert np.abs(want[0]).max() > 0
     with pytest.raises(RuntimeError, match="no value for"):
         float64._run(evaluator, ["nowhere"], {"x": x})
+
+
+@pytest.mark.parametrize("opset", [9, 12, 15])
+def test_batch_normalization_with_a_momentum_attribute_runs_in_inference_mode(tmp_path, opset):
+    """PaddlePaddle's exporter (rapidocr's PP-OCR models, opset 12) writes ``momentum`` on inference
+    BatchNorms; the evaluator's own version 9 then normalises by the batch's statistics."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 5, 6)).astype(np.float32) * 4 + 2
+    scale, bias, mean = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2, 3).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in zip((scale, bias, mean, var), ("s", "b", "m", "v"))]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-5, momentum=0.9)
+    graph = helper.make_graph(
+        [node],
+        "bn",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, x.shape)],
+        inits,
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    got = float64.run(path, [{"x": x}], ["y"])[0]["y"]
+    scale, bias, mean, var = (a.astype(np.float64).reshape(1, 3, 1, 1) for a in (scale, bias, mean, var))
+    expected = (x.astype(np.float64) - mean) / np.sqrt(var + 1e-5) * scale + bias
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)

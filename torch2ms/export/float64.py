@@ -118,16 +118,25 @@ def run(onnx_path, samples: list[dict[str, np.ndarray]], names: list[str]) -> li
     for all of them."""
     import onnx
 
-    evaluator = ReferenceEvaluator(widen(onnx.load(str(onnx_path))), new_ops=list(OPS))
+    evaluator = wide_evaluator(onnx.load(str(onnx_path)))
+    return [evaluate(evaluator, sample, names) for sample in samples]
+
+
+def wide_evaluator(model) -> ReferenceEvaluator:
+    """The evaluator of ``model`` (ModelProto) widened to float64, its float attributes taken back
+    to the numbers they were rounded from (``exact``)."""
+    evaluator = ReferenceEvaluator(widen(model), new_ops=list(OPS))
     for node in evaluator.rt_nodes_:  # float attributes, given or schema defaults: float32 in the proto
         for name, value in list(vars(node).items()):
             if isinstance(value, (float, np.floating)) and not name.startswith("_"):
                 setattr(node, name, exact(float(value)))
-    results = []
-    for sample in samples:
-        feed = {n: (v.astype(np.float64) if v.dtype.kind == "f" else v) for n, v in sample.items()}
-        results.append(dict(zip(names, (np.asarray(v) for v in _run(evaluator, names, feed)))))
-    return results
+    return evaluator
+
+
+def evaluate(evaluator: ReferenceEvaluator, sample: dict[str, np.ndarray], names: list[str]) -> dict:
+    """One sample through a ``wide_evaluator``: float inputs widened, the others as they are."""
+    feed = {n: (v.astype(np.float64) if v.dtype.kind == "f" else v) for n, v in sample.items()}
+    return dict(zip(names, (np.asarray(v) for v in _run(evaluator, names, feed))))
 
 
 def _run(evaluator: ReferenceEvaluator, names: list[str], feed: dict) -> list:
@@ -208,5 +217,23 @@ class GridSample(OpRun):
         return (out.numpy(),)
 
 
+class BatchNormalization(OpRun):
+    """BatchNormalization in inference mode, ``(x - mean) / sqrt(var + epsilon) * scale + bias``, at
+    every opset. The ONNX operator page (BatchNormalization-9, "Output case #2: Y (test mode)")
+    makes a node with one output the inference form; the evaluator's versions 6 and 9 instead take
+    a ``momentum`` attribute, which exporters write in any mode, as training mode and normalise by
+    the batch's own statistics. A training-mode node (more than one output) is refused."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, spatial=None):
+        if len(self.output) > 1 or training_mode:
+            raise RuntimeError(f"BatchNormalization {self.onnx_node.name!r} is in training mode")
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        eps = 1e-5 if epsilon is None else epsilon
+        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+        return (y.astype(x.dtype),)
+
+
 # the evaluator's ops replaced for the float64 run
-OPS = (HardSwish, GatherElements, GridSample)
+OPS = (HardSwish, GatherElements, GridSample, BatchNormalization)

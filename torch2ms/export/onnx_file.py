@@ -21,10 +21,15 @@ from torch2ms.errors import OnnxError, RecipeError
 from torch2ms.pipeline.stage import StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_reference, save_npz
 
+PACKAGE_PREFIX = "package:"
+
 
 def source_path(recipe) -> Path:
-    """The recipe's ``model.onnx`` resolved (relative to the recipe's folder); it must exist."""
-    path = recipe.resolve(recipe.model.onnx)
+    """The recipe's ``model.onnx`` resolved (relative to the recipe's folder, or
+    ``package:<module>/<path>`` inside an installed package, e.g. the models rapidocr ships); it must
+    exist."""
+    entry = recipe.model.onnx
+    path = _in_package(entry) if entry.startswith(PACKAGE_PREFIX) else recipe.resolve(entry)
     if not path.is_file():
         raise RecipeError(
             f"model.onnx: {path}: file not found",
@@ -32,6 +37,23 @@ def source_path(recipe) -> Path:
             "run's export/model.onnx must be written first (recipes/deeplabv3plus_onnx.yaml: make convert)",
         )
     return path
+
+
+def _in_package(entry: str) -> Path:
+    """``package:<module>/<path>``: ``<path>`` in the folder of the installed module ``<module>``."""
+    import importlib.util
+
+    module, _, inner = entry[len(PACKAGE_PREFIX) :].partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise RecipeError(
+            f"model.onnx: {entry}: no installed package {module!r}",
+            hint="install it (the fixtures' packages: requirements.txt), or give a file path",
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / inner
 
 
 def read_source(recipe):
@@ -95,7 +117,8 @@ def _match_inputs(model, recipe, path: Path) -> None:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
         if dtype != np.dtype(spec.dtype):
             raise RecipeError(f"inputs.{k}.dtype: {path} input {spec.name!r} is {dtype}, the recipe says {spec.dtype}")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        # a dim_value of -1 (PaddlePaddle's exporter: rapidocr's cls model) is a dynamic dimension too
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim]
         if len(dims) != len(spec.shape) or any(d is not None and d != s for d, s in zip(dims, spec.shape)):
             shown = ["?" if d is None else d for d in dims]
             raise RecipeError(

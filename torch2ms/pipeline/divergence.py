@@ -46,6 +46,7 @@ import numpy as np
 from torch2ms.bounds import widen
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 from torch2ms.errors import Torch2msError
+from torch2ms.pipeline.arbitration import arbitrate
 from torch2ms.pipeline.markdown import cell, table
 
 # A node is wrong when its output, computed from onnxruntime's own inputs, leaves this share of
@@ -86,6 +87,7 @@ class TensorDiff:
     problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
     local: OutputMetrics | None = None  # computed from onnxruntime's inputs (the replay)
     local_problem: str = ""  # the local error's violation of LOCAL_SHARE x the tolerance
+    reference_off: str = ""  # onnxruntime off float64 where the statement is not (``pipeline.arbitration``)
     module: str | None = None  # modules layout: the PyTorch module path of the instance, and its class
     cls: str | None = None
 
@@ -112,6 +114,7 @@ class TensorDiff:
             "metrics": self.metrics.to_dict() if self.metrics else None,
             "local": self.local.to_dict() if self.local else None,
             "local_problem": self.local_problem,
+            "reference_off": self.reference_off,
             **({"module": self.module, "class": self.cls} if self.cls else {}),
         }
 
@@ -142,7 +145,8 @@ class DiffReport:
 
     @property
     def worst_local(self) -> TensorDiff | None:
-        known = [t for t in self.tensors if t.local is not None and not t.local.nonfinite]
+        # where onnxruntime is the side off float64, the local error is its own (``reference_off``)
+        known = [t for t in self.tensors if t.local is not None and not t.local.nonfinite and not t.reference_off]
         return max(known, key=lambda t: t.local.rel_error, default=None)
 
     @property
@@ -161,8 +165,21 @@ class DiffReport:
                 f"on onnxruntime's own inputs {w.op} {w.node!r} at {self.code_file}:{w.line} is wrong: "
                 f"{w.local_problem}"
             )
+        off = self.reference_off
+        if off:
+            t = off[0]
+            more = f" (and {len(off) - 1} more)" if len(off) > 1 else ""
+            return (
+                f"on onnxruntime's own inputs no node of the generated code is wrong: at {t.op} {t.node!r} "
+                f"{t.reference_off}{more}"
+            )
         where = f": worst {worst.local.rel_error:.2g}, {worst.op} {worst.node!r}" if worst else ""
         return f"on onnxruntime's own inputs every node is within {bound:g}{where} (accumulated float32 rounding)"
+
+    @property
+    def reference_off(self) -> list[TensorDiff]:
+        """The statements where onnxruntime, not the generated code, is off float64."""
+        return [t for t in self.tensors if t.reference_off]
 
     @property
     def inherited(self) -> list[TensorDiff]:
@@ -365,6 +382,8 @@ class _Stream:
     def __init__(self, ms, compared: list[dict], acc: dict, replay: bool):
         self.ms, self.acc, self.replay = ms, acc, replay
         self.tensors: dict[str, list[str]] = {}
+        self.keep: set[str] = set()  # tensors whose computed value is kept (``pipeline.arbitration``)
+        self.kept: dict[str, np.ndarray] = {}
         for e in compared:
             self.tensors.setdefault(entry_key(e), []).append(e["tensor"])
         self.start({})
@@ -383,6 +402,8 @@ class _Stream:
         ref = self.reference[tensor]
         if n <= len(tensors):
             self.acc[tensor].add(got, ref)
+            if tensor in self.keep:
+                self.kept[tensor] = got
         if len(tensors) > 1 and not self.replay:
             self.last[key] = got
         if self.replay and ref.shape == got.shape:
@@ -474,6 +495,8 @@ def localize(
     # modules layout's tensor map holds each statement's line in its class
     lines = {} if any("module" in e for e in compared) else statement_lines(source)
     tensors = [_tensor_diff(e, acc, local_acc, tol, lines, nodes, constants) for e in compared]
+    local_tol = Tolerance(*widen(tol.rel_error, tol.cosine, LOCAL_SHARE), 0.0)
+    arbitrate(model, stage_dir, stage, compared, samples, tensors, local_tol)
     ok = {t.tensor: t.ok for t in tensors}
     first = next((t for t in tensors if not t.ok and all(ok.get(i, True) for i in t.inputs)), None)
     first = first or next((t for t in tensors if not t.ok), None)
@@ -811,6 +834,7 @@ def render_markdown(report: DiffReport) -> str:
     for t in report.tensors:
         mark = "**first divergence**: " if t is report.first else ""
         local = "-" if t.local is None else ("**wrong**: " if t.local_problem else "") + _fmt(t.local)
+        local += f" ({t.reference_off})" if t.reference_off else ""
         rows.append(
             (t.line, f"`{t.var}`", t.op, t.node, t.tensor, cell(mark + (t.problem or _fmt(t.metrics))), cell(local))
         )

@@ -168,6 +168,42 @@ def for_export(ctx, onnx_path, needed: list[str]) -> dict:
     return {"by": "float64", **found}
 
 
+def for_reference_off(ctx, diff, stage: str, outputs, needed: list[str]) -> dict | None:
+    """A localized stage out of its bound, where diff's replay finds no statement wrong and
+    onnxruntime itself off float64 at some (``pipeline.arbitration``): its outputs against
+    ``model.onnx`` in float64 (``export.float64``) on the same samples. Within the recipe's own bound
+    there, the reference's error put them out, not the code's: the replay's evidence with the float64
+    comparison (``reference``). None when float64 cannot run or the outputs are off it too."""
+    from torch2ms.export import float64
+
+    check = ctx.recipe.check
+    tol = Tolerance(check.rel_error, check.cosine)
+    wide = ctx.cache.get("onnx_float64")
+    if wide is None:
+        try:
+            wide = float64.run(ctx.artifact("model.onnx"), ctx.reference_inputs(), list(outputs[0]))
+        except Exception as err:  # noqa: BLE001 - any op the reference evaluator cannot run in float64
+            ctx.log(f"{stage}: model.onnx does not run in float64 ({type(err).__name__}: {err})")
+            return None
+        ctx.cache["onnx_float64"] = wide
+    same = compare_outputs(outputs, wide)
+    if any(tol.violations(m) for m in same):
+        return None
+    ort = compare_outputs(ctx.reference()[1], wide)
+    off = diff.reference_off[0]
+    return {
+        **from_replay(diff, stage, needed),
+        "reference": {
+            "evaluator": float64.EVALUATOR,
+            "max_rel_error": max(m.rel_error for m in same),
+            "onnxruntime_rel_error": max(m.rel_error for m in ort),
+            "node": off.node,
+            "op": off.op,
+            "why": off.reference_off,
+        },
+    }
+
+
 def reason(evidence: dict) -> str:
     """Why a stage without evidence is not checkable, and what the user can do."""
     return (

@@ -57,6 +57,12 @@ def _notes(stage, rec: dict | None) -> str:
         return f"not checkable: {ev.get('needed', [''])[0]}, no per-node evidence ({ev.get('why', '')})"[:160]
     if ev.get("by") == "replay":
         proof = f"replay: every node within {ev['local_bound']:g} (worst {ev['max_local_error']:.2g}, {ev['node']})"
+        ref = ev.get("reference")
+        if ref:  # pipeline.arbitration: onnxruntime, not the code, off float64
+            proof += (
+                f"; {ref['max_rel_error']:.2g} from model.onnx in float64, onnxruntime "
+                f"{ref['onnxruntime_rel_error']:.2g} (its own {ref['op']} {ref['node']})"
+            )
         return "; ".join(n for n in (stage.notes(rec) if stage is not None else "", proof) if n)
     return stage.notes(rec) if stage is not None else ""
 

@@ -23,6 +23,8 @@ from torch2ms.export.floor import floor_fields
 from torch2ms.export.hooks import exporter_changes
 from torch2ms.export.modules import record_modules
 from torch2ms.export.pytorch import onnx_counts, outputs_of, run_samples
+from torch2ms.export.verdict import CACHE_KEY as VERDICT
+from torch2ms.export.verdict import settle
 from torch2ms.graph.onnxrt import run_reference
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import pack_batches, pack_lengths, pack_reference, save_npz, sha256_file
@@ -125,8 +127,14 @@ class ExportStage(Stage):
         floor, ctx.cache["float64_reference"] = floor_fields(
             recipe, model, samples, torch_run.outputs, ort_out, ort_batches, ctx.cache["batch_reference"]
         )
+        (ort_out, ort_batches), verdict = settle(
+            ctx, model, onnx_path, torch_run.names, produced, floor, (ort_out, ort_batches)
+        )
         del model
         gc.collect()
+        if verdict and verdict["decided"].endswith("export"):  # the other exporter's file replaced model.onnx
+            counts, opset = onnx_counts(onnx_path)
+            produced = Attempt(verdict["tries"][-1]["exporter"], opset)
         extra = {"init": recipe.model.init if not recipe.model.checkpoint else "checkpoint", **torch_run.reached}
         extra["onnxruntime"] = ort_policy  # the reference is PyTorch; how onnxruntime ran to be checked against it
         # the dynamo exporter may keep opset 18 when asked for a lower one: the model says which
@@ -139,6 +147,8 @@ class ExportStage(Stage):
         extra.update(floor)
         if tracer:
             extra["tracer_warnings"] = tracer
+        if verdict:
+            extra["export_verdict"] = ctx.cache[VERDICT] = verdict
         return StageOutput(ort_out, counts=counts, extra=extra, batches=ort_batches or None)
 
 

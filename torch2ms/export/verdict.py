@@ -1,0 +1,136 @@
+"""Why an export failed past ``check.ceiling``: the other exporter and the float64 evidence, tried
+before the export stage fails.
+
+onnxruntime's outputs outside even the widened bound (``check.noise_factor`` times the float32
+floor) and beyond the ceiling, while float32 PyTorch is close to float64 (its floor within the
+ceiling), leave two explanations the float32 comparison cannot tell apart: the exported graph
+computes something else (a trace that turned tensors into Python numbers), or onnxruntime's float32
+run of a right graph drifts where PyTorch's does not. So, in order:
+
+1. ``model.onnx`` in float64 against PyTorch in float64 (``pipeline.evidence.for_export``): within
+   the replay's local bound the graph is right, and the stage passes on that evidence (``by:
+   float64``); ``by: none`` (the float64 run cannot run) leaves it not checkable (exit 3);
+2. the graph is wrong (``by: wrong``): the other exporter of ``export.exporter: auto``'s chain writes
+   ``model.onnx`` again; within the bound, or right by its own float64 run, it replaces the first;
+3. otherwise the export is wrong, and the record names the worst output of each exporter's try.
+
+The verdict goes to ``stage.json`` ``extra.export_verdict`` (``decided`` by which try) and the
+runner's check of the export stage follows it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+CACHE_KEY = "export_verdict"
+
+
+def needs_verdict(recipe, ort_out, reference, floor: dict | None) -> bool:
+    """onnxruntime is outside the widened bound and beyond the ceiling, with float32 PyTorch within the
+    ceiling of float64 (``floor``: the export record's ``float32_floor``)."""
+    from torch2ms.bounds import ceiling
+    from torch2ms.compare import compare_outputs
+
+    if not floor:
+        return False
+    check = recipe.check
+    rel, _ = ceiling(check)
+    if max(f[0] for f in floor.values()) > rel:
+        return False  # float32 PyTorch itself drifts from float64: the widened bound already says so
+    metrics = compare_outputs(ort_out, reference)
+    widened = {n: max(check.rel_error, check.noise_factor * f[0]) for n, f in floor.items()}
+    return any(m.rel_error > rel and m.rel_error > widened.get(m.name, rel) for m in metrics)
+
+
+def decide(ctx, onnx_path: Path, redo_export, check_ort) -> dict:
+    """The verdict (see the module's docstring). ``redo_export(path, exporter)`` writes the model with
+    ``exporter`` to ``path`` (returns the attempt, or None when that exporter fails);
+    ``check_ort(path)`` returns onnxruntime's outputs on the samples and whether they meet the bound."""
+    from torch2ms.pipeline import evidence
+
+    needed = ["onnxruntime beyond check.ceiling, float32 PyTorch within it of float64"]
+    first = evidence.for_export(ctx, onnx_path, needed)
+    used = ctx.cache.get("export_exporter", "torchscript")
+    tries = [{"exporter": used, "float64": first["by"], **_why(first)}]
+    if first["by"] in ("float64", "none"):
+        return {**first, "decided": f"{used}'s model.onnx in float64", "tries": tries}
+    other = "dynamo" if used == "torchscript" else "torchscript"
+    trial = onnx_path.with_name(f"model_{other}.onnx")
+    attempt = redo_export(trial, other)
+    if attempt is None:
+        tries.append({"exporter": other, "error": "it cannot export the model"})
+        return _wrong(first, tries)
+    outputs, within = check_ort(trial)
+    second = None if within else evidence.for_export(ctx, trial, needed)
+    tries.append({"exporter": other, "within_bound": within, **({"float64": second["by"]} if second else {})})
+    if within or second["by"] == "float64":
+        shutil.move(trial, onnx_path)
+        found = {"by": "float64", **{k: v for k, v in second.items() if k != "by"}} if second else {"by": "export"}
+        return {**found, "needed": needed, "decided": f"{other}'s export", "tries": tries, "outputs": outputs}
+    trial.unlink(missing_ok=True)
+    return _wrong(first, tries)
+
+
+def _why(found: dict) -> dict:
+    return {k: found[k] for k in ("why", "output", "max_rel_error") if k in found}
+
+
+def _wrong(first: dict, tries: list[dict]) -> dict:
+    names = " and ".join(t["exporter"] for t in tries)
+    return {
+        **first,
+        "by": "wrong",
+        "decided": "model.onnx in float64 against PyTorch in float64",
+        "why": f"the export is wrong ({names}): {first['why']}",
+        "tries": tries,
+    }
+
+
+def settle(ctx, model, onnx_path: Path, names: list[str], produced, floor: dict, ort: tuple) -> tuple:
+    """The export stage's hook: when ``needs_verdict``, ``decide`` with the live PyTorch ``model``.
+    ``ort``: onnxruntime's (outputs, batch outputs). Returns them (another exporter's, when its file
+    replaced model.onnx) and the verdict for ``extra.export_verdict`` (None when not needed)."""
+    import torch
+
+    from torch2ms.bounds import ceiling
+    from torch2ms.compare import Tolerance, compare_outputs
+    from torch2ms.errors import ModelError
+    from torch2ms.export.exporters import export_model
+    from torch2ms.export.pytorch import onnx_counts
+    from torch2ms.graph.onnxrt import run_reference
+
+    recipe, check = ctx.recipe, ctx.recipe.check
+    samples, reference = ctx.cache["reference"]
+    if not needs_verdict(recipe, ort[0], reference, floor.get("float32_floor")):
+        return ort, None
+    batch_in = ctx.cache["batch_reference"]
+    example = tuple(torch.from_numpy(v) for v in samples[0].values())
+    inputs = [i.name for i in recipe.inputs]
+
+    def redo(path: Path, exporter: str):
+        spec = recipe.model_copy(update={"export": recipe.export.model_copy(update={"exporter": exporter})})
+        try:
+            return export_model(model, example, path, inputs, names, spec, ctx.log)[0]
+        except ModelError as err:
+            ctx.log(f"export: {exporter} cannot export the model ({err.message})")
+            return None
+
+    def check_ort(path: Path):
+        counts, _ = onnx_counts(path)
+        every = [*samples, *(s for s, _ in batch_in.values())]
+        outs = run_reference(path, counts["onnx_ops"], every, names)[0]
+        wide = {k: tuple(v) for k, v in floor["float32_floor"].items()}
+        tol = Tolerance(
+            check.rel_error, check.cosine, check.argmax_agreement, check.noise_factor, wide, ceiling=ceiling(check)
+        )
+        metrics = compare_outputs(outs[: len(samples)], reference)
+        return outs, not any(tol.violations(m) or tol.beyond_ceiling(m) for m in metrics)
+
+    ctx.cache["export_exporter"] = produced.exporter
+    verdict = decide(ctx, onnx_path, redo, check_ort)
+    outputs = verdict.pop("outputs", None)
+    ctx.log(f"export: {verdict['by']} (decided by {verdict['decided']})")
+    if outputs is None:
+        return ort, verdict
+    return (outputs[: len(samples)], dict(zip(batch_in, outputs[len(samples) :]))), verdict
