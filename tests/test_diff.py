@@ -413,7 +413,7 @@ def test_references_computed_a_segment_at_a_time_give_the_same_verdicts(good_run
     segments = []
     real = divergence._segment_model
     monkeypatch.setattr(divergence._References, "SEGMENT", 1)
-    monkeypatch.setattr(divergence, "_segment_model", lambda *a: segments.append(a[1]) or real(*a))
+    monkeypatch.setattr(divergence.references, "_segment_model", lambda *a: segments.append(a[1]) or real(*a))
     cut = report()
     assert len(segments) >= len(whole.tensors) * len(samples) // 2 and all(len(s) < 20 for s in segments)
     assert [t.tensor for t in cut.tensors] == [t.tensor for t in whole.tensors]
