@@ -74,7 +74,7 @@ def export_only(recipe, onnx_path: Path) -> dict:
     import torch
 
     from torch2ms.export.exporters import export_model
-    from torch2ms.graph.load import model_opset
+    from torch2ms.graph.validate import model_opset
     from torch2ms.model_loader import build_model, flatten_outputs
     from torch2ms.samples import sample_inputs
 

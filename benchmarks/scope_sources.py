@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from module_layout import MODELS, build  # noqa: E402
 
 from torch2ms.export.exporters import unmerge  # noqa: E402
-from torch2ms.graph.load import node_modules  # noqa: E402
+from torch2ms.graph.scopes import node_modules  # noqa: E402
 
 
 def _paths(proto) -> list[str]:

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from torch2ms.errors import EXIT_USAGE, ModelError
 from torch2ms.export.exporters import DYNAMO_OLDEST, TORCHSCRIPT_NEWEST, export_plan
-from torch2ms.graph.load import SUPPORTED_OPSETS
+from torch2ms.graph.validate import SUPPORTED_OPSETS
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 

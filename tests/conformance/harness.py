@@ -285,7 +285,8 @@ def _load(model, feeds: dict[str, np.ndarray], sample: bool):
     case's values (``sample``). Its errors are refusals, except when its onnxruntime session
     cannot load or run what onnxruntime runs as it is: then the loader broke the model, a crash."""
     from torch2ms.errors import OnnxError
-    from torch2ms.graph.load import check_model, graph_from_model
+    from torch2ms.graph.load import graph_from_model
+    from torch2ms.graph.validate import check_model
 
     shapes = {k: v.shape for k, v in feeds.items()}
     try:

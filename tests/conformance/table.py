@@ -56,7 +56,7 @@ def fingerprint(cases: list[Case]) -> dict:
     import onnx
 
     from torch2ms.converters.registry import refusals, registrations
-    from torch2ms.graph.load import SUPPORTED_OPSETS
+    from torch2ms.graph.validate import SUPPORTED_OPSETS
 
     listing = "\n".join(f"{c.name}:{c.op_type}" for c in cases)
     return {
@@ -112,7 +112,7 @@ def render_markdown(cases: list[Case], outcomes: dict[str, Outcome]) -> str:
 
     import onnx
 
-    from torch2ms.graph.load import SUPPORTED_OPSETS
+    from torch2ms.graph.validate import SUPPORTED_OPSETS
 
     missing = [c.name for c in cases if c.name not in outcomes]
     if missing:

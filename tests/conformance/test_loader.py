@@ -13,15 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from torch2ms.converters.api import MS_DTYPES
 from torch2ms.errors import OnnxError
-from torch2ms.graph.load import (
-    MINDSPORE_TYPES,
-    SUPPORTED_OPSETS,
-    graph_from_model,
-    load_onnx,
-)
-from torch2ms.graph.load import (
-    check_model as check_onnx,
-)
+from torch2ms.graph.load import graph_from_model, load_onnx
+from torch2ms.graph.validate import MINDSPORE_TYPES, SUPPORTED_OPSETS
+from torch2ms.graph.validate import check_model as check_onnx
 from torch2ms.recipe import ExportSpec
 
 

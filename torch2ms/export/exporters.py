@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torch2ms.errors import ModelError
-from torch2ms.graph.load import SUPPORTED_OPSETS
+from torch2ms.graph.validate import SUPPORTED_OPSETS
 
 # The newest opset the TorchScript exporter has symbolics for (torch.onnx declares 20 its highest;
 # it writes 21-23 with a warning but no new symbolic, so they cannot export anything 20 cannot),

@@ -60,7 +60,8 @@ def read_source(recipe):
     """The validated ``model.onnx`` file of the recipe, loaded with its external data."""
     import onnx
 
-    from torch2ms.graph.load import check_model, read_onnx
+    from torch2ms.graph.load import read_onnx
+    from torch2ms.graph.validate import check_model
 
     path = source_path(recipe)
     _external_data_present(path)
@@ -131,8 +132,8 @@ def import_onnx(ctx, out: Path) -> StageOutput:
     under the reference policy (``graph.onnxrt.run_reference``), recorded as the export stage's."""
     import onnx
 
-    from torch2ms.graph.load import model_opset
     from torch2ms.graph.onnxrt import run_reference
+    from torch2ms.graph.validate import model_opset
     from torch2ms.samples import batch_samples, sample_inputs
 
     recipe = ctx.recipe

@@ -63,7 +63,7 @@ def onnx_counts(path) -> tuple[dict, int]:
     """The record's counts of ``model.onnx`` (nodes, BatchNorm nodes, nodes per op type) and its opset."""
     import onnx
 
-    from torch2ms.graph.load import model_opset
+    from torch2ms.graph.validate import model_opset
 
     model_proto = onnx.load(str(path), load_external_data=False)
     ops: dict[str, int] = {}

@@ -170,7 +170,7 @@ def for_export(ctx, onnx_path, needed: list[str]) -> dict:
 
 def for_reference_off(ctx, diff, stage: str, outputs, needed: list[str]) -> dict | None:
     """A localized stage out of its bound, where diff's replay finds no statement wrong and
-    onnxruntime itself off float64 at some (``pipeline.arbitration``): its outputs against
+    onnxruntime itself off float64 at some (``pipeline.divergence.arbitration``): its outputs against
     ``model.onnx`` in float64 (``export.float64``) on the same samples. Within the recipe's own bound
     there, the reference's error put them out, not the code's: the replay's evidence with the float64
     comparison (``reference``). None when float64 cannot run or the outputs are off it too."""

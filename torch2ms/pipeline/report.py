@@ -58,7 +58,7 @@ def _notes(stage, rec: dict | None) -> str:
     if ev.get("by") == "replay":
         proof = f"replay: every node within {ev['local_bound']:g} (worst {ev['max_local_error']:.2g}, {ev['node']})"
         ref = ev.get("reference")
-        if ref:  # pipeline.arbitration: onnxruntime, not the code, off float64
+        if ref:  # pipeline.divergence.arbitration: onnxruntime, not the code, off float64
             proof += (
                 f"; {ref['max_rel_error']:.2g} from model.onnx in float64, onnxruntime "
                 f"{ref['onnxruntime_rel_error']:.2g} (its own {ref['op']} {ref['node']})"

@@ -416,7 +416,7 @@ class Runner:
 
     def _reference_off(self, stage: Stage, diff, m: Measured, outputs) -> tuple[dict | None, dict | None]:
         """Out of its bound against onnxruntime where onnxruntime itself is off float64 and no statement
-        is wrong (``pipeline.arbitration``): the stage passes when its outputs are within the recipe's
+        is wrong (``pipeline.divergence.arbitration``): the stage passes when its outputs are within the recipe's
         bound of ``model.onnx`` in float64; the stages after it take its error as their floor."""
         found = proof.for_reference_off(self.ctx, diff, stage.name, outputs, ["onnxruntime's own error"])
         if found is None:

@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 
 from torch2ms.converters.registry import Registration, refusals, registrations
-from torch2ms.graph.load import SUPPORTED_OPSETS
+from torch2ms.graph.validate import SUPPORTED_OPSETS
 from torch2ms.pipeline.markdown import cell, table
 
 MARKDOWN_FILE = "docs/operators.md"

@@ -13,7 +13,7 @@ import numpy as np
 from torch2ms.bounds import widen
 from torch2ms.compare import Tolerance
 from torch2ms.errors import Torch2msError
-from torch2ms.pipeline.arbitration import arbitrate
+from torch2ms.pipeline.divergence.arbitration import arbitrate
 from torch2ms.pipeline.divergence.probe import (
     _CellHook,
     _Stream,
@@ -38,7 +38,7 @@ def _plain(v):
 
 def _onnx_nodes(model) -> dict[str, dict]:
     """Node name (as the IR names it) -> op type and attributes, for the report."""
-    from torch2ms.graph.load import _attr_value
+    from torch2ms.graph.validate import _attr_value
 
     out = {}
     for i, n in enumerate(model.graph.node):

@@ -164,7 +164,7 @@ class _Stream:
     def __init__(self, ms, compared: list[dict], acc: dict, replay: bool):
         self.ms, self.acc, self.replay = ms, acc, replay
         self.tensors: dict[str, list[str]] = {}
-        self.keep: set[str] = set()  # tensors whose computed value is kept (``pipeline.arbitration``)
+        self.keep: set[str] = set()  # tensors whose computed value is kept (``pipeline.divergence.arbitration``)
         self.kept: dict[str, np.ndarray] = {}
         for e in compared:
             self.tensors.setdefault(entry_key(e), []).append(e["tensor"])

@@ -49,7 +49,7 @@ class TensorDiff:
     problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
     local: OutputMetrics | None = None  # computed from onnxruntime's inputs (the replay)
     local_problem: str = ""  # the local error's violation of LOCAL_SHARE x the tolerance
-    reference_off: str = ""  # onnxruntime off float64 where the statement is not (``pipeline.arbitration``)
+    reference_off: str = ""  # onnxruntime off float64 where the statement is not (``pipeline.divergence.arbitration``)
     module: str | None = None  # modules layout: the PyTorch module path of the instance, and its class
     cls: str | None = None
 

@@ -26,7 +26,8 @@ from torch2ms.compare import Tolerance
 def arbitrate(model, stage_dir: Path, stage: str, compared: list[dict], samples, tensors, local_tol: Tolerance) -> None:
     """Clear the local problem of each statement of ``tensors`` (``TensorDiff``) that float64 shows
     right and onnxruntime off, recording ``reference_off`` on it."""
-    from torch2ms.pipeline.divergence import _Accumulator, _References
+    from torch2ms.pipeline.divergence.references import _References
+    from torch2ms.pipeline.divergence.report import _Accumulator
 
     suspects = [t for t in tensors if t.local_problem]
     if not suspects:
@@ -74,7 +75,7 @@ def _feeds(nodes, initializers: dict) -> list[str]:
 
 def _node_evaluator(model, nodes, feeds: list[str], output: str, initializers: dict, values: dict):
     from torch2ms.export import float64
-    from torch2ms.pipeline.divergence import _node_reads, _segment_model
+    from torch2ms.pipeline.divergence.references import _node_reads, _segment_model
 
     reads = [_node_reads(n) for n in nodes]
     return float64.wide_evaluator(_segment_model(model, nodes, reads, feeds, [output], initializers, values))
@@ -83,7 +84,8 @@ def _node_evaluator(model, nodes, feeds: list[str], output: str, initializers: d
 def _replayed_values(stage_dir: Path, stage: str, compared: list[dict], ref, sample, keep: set[str]) -> dict:
     """The replay pass over one sample (every statement from onnxruntime's inputs), keeping the
     generated code's values of the tensors ``keep``."""
-    from torch2ms.pipeline.divergence import _Accumulator, _CellHook, _Stream, load_class_probe, load_probe
+    from torch2ms.pipeline.divergence.probe import _CellHook, _Stream, load_class_probe, load_probe
+    from torch2ms.pipeline.divergence.report import _Accumulator
     from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
