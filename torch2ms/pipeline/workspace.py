@@ -281,7 +281,10 @@ def split_reference(arrays: dict[str, np.ndarray]):
     if order is not None:
         outs = {str(n): outs[str(n)] for n in order}
     n = len(next(iter(ins.values())))
-    return [{k: v[s] for k, v in ins.items()} for s in range(n)], [{k: v[s] for k, v in outs.items()} for s in range(n)]
+    # v[s, ...]: an array even for a scalar input or output (v[s] would be a numpy scalar)
+    return [{k: v[s, ...] for k, v in ins.items()} for s in range(n)], [
+        {k: v[s, ...] for k, v in outs.items()} for s in range(n)
+    ]
 
 
 def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
