@@ -19,7 +19,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import aipp, compat, int8, targets
+from torch2ms.package import aipp, compat, int8, lint, targets
 from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
@@ -165,9 +165,10 @@ def _readme(
         aipp_note=aipp_note,
         aipp_howto=aipp_howto,
         precision=precision,
+        lite_note="" if target.lite_verified else f" **Unverified on this board:** {targets.LITE_UNVERIFIED_NOTE}",
         precision_modes=(
             f"converter_lite precision_mode={targets.PRECISION[precision][0]}, atc "
-            f"--precision_mode={targets.PRECISION[precision][1]}"
+            f"--precision_mode={targets.PRECISION[precision][1]}: {targets.PRECISION_MEANING[precision]}"
         ),
         pre_text=pre_text,
         post_text=post_text,
@@ -297,6 +298,7 @@ def build_bundle(
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
     }
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    lint.raise_for(lint.lint_files({k: v for k, v in files.items() if isinstance(v, bytes)}), "package")
 
     dest = out_dir / f"{recipe.name}-{version}.tar.gz"
     log(f"writing {dest}")
@@ -399,7 +401,6 @@ def _precision_plans(recipe, run_root, onnx_path, ref_path, precision, is_image,
         log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")
         plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     elif precision == "int8":
-        int8.refuse_limits(recipe, is_image)
         log("int8 plan: which Cube layers to keep in float (precision.int8_task_agreement, int8_rel_error)")
         int8_plan, calib = int8.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     return plan, int8_plan, calib
@@ -431,9 +432,7 @@ def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, rep
         "model/model.onnx": onnx_path,
         "samples/reference.npz": ref_path,
         "infer.py": (TEMPLATES / "infer.py").read_bytes(),
-        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
-            target, recipe.name, inputs, precision, fp32_outputs=detecting
-        ).encode(),
+        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(target, recipe.name, inputs, precision).encode(),
         f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(
             precision,
             inputs,
@@ -442,6 +441,7 @@ def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, rep
             int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
             if int8_plan and int8_plan["before"]["ok"]
             else None,
+            fp32_outputs=detecting,
         ).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
             target,
@@ -473,7 +473,8 @@ def _plan_files(tdir: str, recipe, inputs, precision, plan, int8_plan, calib) ->
         files[f"{tdir}/amct_quant.cfg"] = int8.amct_config(int8_plan, len(calib)).encode()
         sections = int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
         files[f"{tdir}/converter_lite_int8.cfg"] = (
-            int8.LITE_HEADER + targets.converter_lite_cfg(precision, inputs, None, sections)
+            int8.LITE_HEADER
+            + targets.converter_lite_cfg(precision, inputs, None, sections, fp32_outputs=recipe.task == "detection")
         ).encode()
         files.update(int8.calibration_files(calib))
         files["precision.md"] = int8.plan_markdown(int8_plan, recipe.name).encode()
@@ -500,6 +501,8 @@ def _manifest(recipe, version, target, precision, specs, records, report) -> dic
             "board": target.board,
             "soc_version": target.soc_version,
             "precision": precision,
+            "precision_means": targets.PRECISION_MEANING[precision],
+            "mindspore_lite": "documented" if target.lite_verified else targets.LITE_UNVERIFIED_NOTE,
         },
         "inputs": inputs,
         "outputs": outputs,
