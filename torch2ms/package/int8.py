@@ -18,7 +18,8 @@ is the same on AVX2 and AVX-512 machines.
 * ``amct_quant.cfg``: AMCT's simplified post-training quantization config (text protobuf of
   ``amct_onnx/proto/calibration_config_onnx.proto``, CANN AMCT docs "Simplified PTQ Configuration
   File", atlasamct_16_0163): ``batch_num``, ``activation_offset: true`` (asymmetric activations, as
-  emulated), one ``skip_layers`` per layer kept in float (ONNX node names of ``model/model.onnx``),
+  emulated), one ``skip_layers`` per layer kept in float (ONNX node names of the file ``atc.sh``
+  compiles, ``board_onnx``),
   ``common_config { arq_quantize { channel_wise } }``. It goes to ``amct_onnx.create_quant_config(...,
   config_defination=...)`` (atlasamct_16_0153), whose fake-quant and deploy ONNX ATC compiles.
 * ``converter_lite.cfg`` for MindSpore Lite full quantization: ``[common_quant_param]
@@ -533,7 +534,8 @@ def _md_board(plan: dict) -> list[str]:
         "## For the board",
         "",
         "- ATC path: `targets/<board>/amct_quant.cfg` lists the float layers as AMCT `skip_layers` (ONNX node names "
-        "of `model/model.onnx`); calibrate with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
+        "of the ONNX atc.sh compiles, `model/model_opset11.onnx` where the model exports at opset 11); calibrate "
+        "with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
         "- MindSpore Lite path: `converter_lite_int8.cfg` runs full quantization on `calibration/` "
         f"(`activation_quant_method={LITE_METHOD[cal['method']]}`, `target_device=ASCEND`). Its `skip_quant_node` "
         "takes MindIR node names, which are not the plan's ONNX names, so it quantizes every layer: expect the "

@@ -64,11 +64,11 @@ def lint_ini(where: str, text: str) -> list[str]:
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
             if section not in vf.CONVERTER_LITE_CFG:
-                problems.append(f"{where}:{n}: section [{section}] is not in the table (package/vendor_flags.py)")
+                problems.append(f"{where}:{n}: section {section!r} is not in the table (package/vendor_flags.py)")
             continue
         key, _, value = line.partition("=")
         keys = vf.CONVERTER_LITE_CFG.get(section or "", {})
-        problems += _check(f"{where}:{n} [{section}]", key, value, keys.get(key))
+        problems += _check(f"{where}:{n}, section {section}", key, value, keys.get(key))
     return problems
 
 

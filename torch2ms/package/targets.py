@@ -264,6 +264,7 @@ def atc_sh(
     with_aipp: bool,
     fp32_outputs: bool = False,
     keep_dtype: bool = False,
+    onnx_name: str = "model.onnx",
 ) -> str:
     flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
     # the fp16 plan: these ONNX nodes keep float32 under force_fp16 (precision.md)
@@ -275,7 +276,7 @@ def atc_sh(
         flags += f' \\\n  --dynamic_dims="{";".join(",".join(map(str, p)) for p in profiles)}"'
     elif sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
         flags += f' \\\n  --dynamic_batch_size="{",".join(map(str, sizes))}"'
-    model = "$BUNDLE/model/model.onnx"
+    model = f"$BUNDLE/model/{onnx_name}"  # the opset ATC documents (board_onnx)
     if precision == "int8":  # ATC compiles the INT8 model AMCT writes (precision.md, 'For the board')
         model = "${ONNX_MODEL:?set ONNX_MODEL to AMCT's deploy ONNX (amct_quant.cfg, precision.md)}"
     note = (
@@ -286,7 +287,7 @@ def atc_sh(
         else "# No AIPP (the input is not a 3-channel image): feed the float32 NCHW tensor as is.\n"
     )
     return f"""#!/bin/sh
-# CANN ATC: compile model/model.onnx into an offline model (.om) for {target.board}.
+# CANN ATC: compile model/{onnx_name} into an offline model (.om) for {target.board}.
 # Run where the CANN toolkit is installed (source .../ascend-toolkit/set_env.sh first).
 {note}# Precision: --precision_mode={PRECISION[precision][1]} (ATC's default is force_fp16):
 # {PRECISION_MEANING[precision]}.
