@@ -80,9 +80,14 @@ def test_placement_follows_the_op_lists():
     }
     assert place("Relu", "float32", "fp16", t).placement == AI_CORE
     assert place("Relu", "float32", "fp16", t).dtype == "float16"
-    assert place("MaxPool", "float32", "fp32", t) == place("MaxPool", "float32", "fp32", t)
-    fp32 = place("MaxPool", "float32", "fp32", t)
-    assert (fp32.placement, fp32.dtype) == (AI_CORE, "float16") and "allow_fp32_to_fp16" in fp32.reason
+    cube_fp16 = place("MaxPool", "float32", "cube-fp16", t)
+    assert (cube_fp16.placement, cube_fp16.dtype) == (AI_CORE, "float16") and "allow_fp32_to_fp16" in cube_fp16.reason
+    assert (
+        place("Conv2D", "float32", "cube-fp16", {"ai_core": {"Conv2D": ["float16"]}, "ai_cpu": {}}).dtype == "float16"
+    )
+    assert place("Relu", "float32", "cube-fp16", t).dtype == "float32"
+    fp32 = place("MaxPool", "float32", "fp32", t)  # must_keep_origin_dtype: no fp16 fallback, no AI CPU kernel either
+    assert fp32.placement == UNSUPPORTED and fp32.dtype == "float32"
     assert place("Add", "int64", "fp16", t).placement == AI_CORE
     cpu = place("MaxPool3DWithArgmax", "float32", "fp16", t)
     assert cpu.placement == AI_CPU and "no AI Core kernel" in cpu.reason

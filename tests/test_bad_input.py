@@ -299,6 +299,26 @@ def test_bad_model_factory(tmp_path, factory, expected):
     assert not (tmp_path / "runs" / "tiny" / "export").exists()
 
 
+def test_a_recipe_refused_before_its_first_stage_leaves_no_run_folder(tmp_path):
+    """The run folder (and the ``output`` folder made for it) goes when the refusal left it empty;
+    a folder that was there before stays, and so does one a stage wrote into."""
+    path = write_recipe(tmp_path / "tiny.yaml", model={"factory": "test_bad_input:no_such_factory"})
+    with pytest.raises(ModelError):
+        run_until(path)
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs" / "tiny").mkdir(parents=True)
+    with pytest.raises(ModelError):
+        run_until(path)
+    assert (tmp_path / "runs" / "tiny").is_dir() and not any((tmp_path / "runs" / "tiny").iterdir())
+    r = cli("convert", "--recipe", "tiny.yaml", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and "no_such_factory" in flat(r.stderr), r.stderr
+    assert (tmp_path / "runs" / "tiny").is_dir()
+    (tmp_path / "runs" / "tiny").rmdir()
+    (tmp_path / "runs").rmdir()
+    r = cli("convert", "--recipe", "tiny.yaml", cwd=tmp_path)
+    assert r.returncode == EXIT_USAGE and not (tmp_path / "runs").exists(), r.stderr
+
+
 def test_cli_model_that_fails_onnx_export_gives_the_exporters_reason(tmp_path):
     write_recipe(tmp_path / "tiny.yaml", model={"factory": "test_bad_input:eig_model"})
     r = cli("convert", "--recipe", "tiny.yaml", cwd=tmp_path)

@@ -72,13 +72,15 @@ def test_bundle_holds_the_postprocess_and_verify_reports_detections(bundle, caps
         assert read("postprocess.py") == Path(yolo.__file__).read_bytes()
         atc = read("targets/atlas-200i-dk-a2/atc.sh").decode()
         lite = read("targets/atlas-200i-dk-a2/converter_lite.sh").decode()
+        lite_cfg = read("targets/atlas-200i-dk-a2/converter_lite.cfg").decode()
         compat = read("compatibility.md").decode()
     assert {"postprocess.py", "infer.py", "samples/reference.npz"} <= names
     post = manifest["postprocess"]
     assert post["kind"] == "detection" and post["output"] == "output" and len(post["class_names"]) == 80
     assert post["yolo"] | {"conf": 0.25, "iou": 0.7, "max_det": 300, "nc": 80, "kind": "detect"} == post["yolo"]
     assert len(post["check_conf"]) == 1 and manifest["preprocess"]["letterbox"]["pad_value"] == 114
-    assert "--output_type=FP32" in atc and "--outputDataType=FLOAT32" in lite
+    # converter_lite's --outputDataType is for quantized outputs only; Ascend takes [ascend_context] output_type
+    assert "--output_type=FP32" in atc and "outputDataType" not in lite and "\noutput_type=FP32\n" in lite_cfg
     assert "## Where NMS runs" in compat and "crashes ATC" in compat
     assert run_cli("verify", str(archive)) == 0
     out = capsys.readouterr().out

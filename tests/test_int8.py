@@ -6,7 +6,7 @@
 * calibration: minmax keeps an outlier, percentile and entropy clip it;
 * a model with one INT8-sensitive layer (``int8_models.int8_sensitive``: a 1e4 activation among
   ~1 ones): the plan keeps exactly it in float, meets the gate, and all-INT8 does not;
-* bad calibration data is named with exit 2 and nothing written; INT8 with a dynamic batch refused;
+* bad calibration data is named with exit 2 and nothing written; INT8 with a dynamic batch packaged;
 * the bundle carries AMCT's and converter_lite's configs and the calibration set, and verifies;
 * the plan is the same on an AVX2-only CPU (``qemu-x86_64 -cpu Haswell``) as here (slow);
 * the generated MindSpore network with the plan's weights quantized-dequantized and activations
@@ -29,8 +29,8 @@ from conftest import REPO, run_cli, write_recipe
 from converters.exact import conv_integer
 from onnx import TensorProto, helper, numpy_helper
 
-from torch2ms.errors import RecipeError
 from torch2ms.package import int8
+from torch2ms.package.build import build_bundle
 from torch2ms.package.emulate import (
     Calibrator,
     Int8Emulator,
@@ -39,6 +39,7 @@ from torch2ms.package.emulate import (
     fake_quant_weight,
     weight_scales,
 )
+from torch2ms.package.verify import verify_bundle
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
@@ -295,12 +296,19 @@ def test_package_int8_names_bad_data_before_any_stage_runs(tmp_path, capsys, wid
     assert not dist.exists() and not (tmp_path / "runs").exists()
 
 
-def test_int8_with_a_dynamic_batch_is_refused(tmp_path):
+def test_int8_with_a_dynamic_batch_packages_and_verifies_at_every_size(tmp_path):
+    """No CANN or AMCT page limits a quantized model's dynamic batch, so INT8 packages with
+    inputs[].batch: ATC gets the profiles for AMCT's deploy ONNX, and the MindIR verifies at every size."""
     path = sensitive_recipe(tmp_path, inputs=[{"name": "input", "shape": [1, 3, 16, 16], "batch": [1, 2, 4]}])
-    with pytest.raises(RecipeError) as err:
-        int8.refuse_limits(load_recipe(path), is_image=True)
-    text = str(err.value)
-    assert "cannot be compiled with ATC dynamic batch" in text and "--dynamic_dims" in text
+    result = Runner(load_recipe(path), log=lambda m: None).run()
+    assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
+    bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None).path
+    with tarfile.open(bundle) as tar:
+        atc = tar.extractfile("targets/atlas-200i-dk-a2/atc.sh").read().decode()
+        names = tar.getnames()
+    assert '--dynamic_batch_size="1,2,4"' in atc and "ONNX_MODEL" in atc and '--input_shape="input:-1,3,16,16"' in atc
+    assert "targets/atlas-200i-dk-a2/amct_quant.cfg" in names and "calibration/input/0000.bin" in names
+    assert sorted(verify_bundle(bundle, log=lambda m: None).batches) == [2, 4]
 
 
 # --- the bundle ---------------------------------------------------------------------------------

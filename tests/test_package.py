@@ -5,12 +5,14 @@ tampered or unsafe archives rejected with the culprit named, and the bundle's ow
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import tarfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from conftest import REPO, run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
@@ -63,6 +65,7 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     expected = {
         "model/network.mindir",
         "model/model.onnx",
+        "model/model_opset11.onnx",  # for ATC and AMCT (board_onnx): the export's model.onnx is opset 17
         "manifest.json",
         "infer.py",
         "README.md",
@@ -85,9 +88,14 @@ def test_package_then_verify_ok(tiny_bundle, capsys):
     assert all(s["status"] == "passed" and s["worst"]["rel_error"] <= 1e-4 for s in manifest["stages"])
     assert manifest["target"]["soc_version"] == "Ascend310B4" and manifest["recipe"]["name"] == "tiny"
     assert {"torch", "mindspore", "onnx", "torch2ms"} <= set(manifest["versions"])
+    with tarfile.open(bundle) as tar:
+        atc = tar.extractfile("targets/atlas-200i-dk-a2/atc.sh").read().decode()
+        board = onnx.load_from_string(tar.extractfile("model/model_opset11.onnx").read())
+    assert '--model="$BUNDLE/model/model_opset11.onnx"' in atc
+    assert [o.version for o in board.opset_import if o.domain in ("", "ai.onnx")] == [11]
     assert run_cli("verify", str(bundle)) == 0
     out = capsys.readouterr().out
-    assert "14 files match manifest.json" in out and "OK tiny" in out
+    assert "15 files match manifest.json" in out and "OK tiny" in out
     assert "task: top-1 agreement 1.0000, top-5 overlap 1.0000" in out
 
 
@@ -220,6 +228,10 @@ def test_target_table_sets_the_soc_version():
     script = converter_lite_sh(get_target("atlas-200i-dk-a2"), "m", inputs, "fp32")
     for flag in ("--fmk=MINDIR", "--optimize=ascend_oriented", '--inputShape="input:1,3,224,224"', "--saveType=MINDIR"):
         assert flag in script
+    assert "UNVERIFIED" in script and "not documented" in script  # Lite's docs list the 310 and 310P, not the 310B
+    assert "UNVERIFIED" not in converter_lite_sh(get_target("atlas-300i-pro"), "m", inputs, "fp32")
+    assert "--precision_mode=must_keep_origin_dtype" in atc_sh(get_target("atlas-300i-pro"), "m", inputs, "fp32", True)
+    assert "--precision_mode=allow_fp32_to_fp16" in atc_sh(get_target("atlas-300i-pro"), "m", inputs, "cube-fp16", True)
 
 
 def test_resize_must_match_the_fixed_input(tmp_path):
@@ -333,3 +345,78 @@ def test_package_and_verify_zoo_model(recipe_name, tmp_path, capsys):
     (bundle,) = (tmp_path / "dist").glob(f"{recipe_name}-*.tar.gz")
     assert run_cli("verify", str(bundle)) == 0
     assert f"OK {recipe_name}" in capsys.readouterr().out
+
+
+# --- the bundle lint: every board-tool flag and key as documented ---
+
+
+def test_the_lint_names_a_flag_the_table_lacks(tiny_bundle, tmp_path, monkeypatch, capsys, wide_console):
+    """A writer that adds an undocumented flag fails ``package`` (exit 1, the file and the flag
+    named, nothing written); ``verify`` names it in a bundle that carries it."""
+    from torch2ms.package import lint, targets
+
+    recipe, bundle = tiny_bundle
+    assert lint.lint_files(_members(bundle)) == []
+    real = targets.atc_sh
+    monkeypatch.setattr(
+        targets,
+        "atc_sh",
+        lambda *a, **k: real(*a, **k).replace(" \\\n  --soc_version", " \\\n  --bogus_flag=1 \\\n  --soc_version"),
+    )
+    assert run_cli("package", "--recipe", str(recipe), "--out", str(tmp_path / "dist")) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "targets/atlas-200i-dk-a2/atc.sh: --bogus_flag is not in the table" in err, err
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+    monkeypatch.setattr(
+        targets, "atc_sh", lambda *a, **k: real(*a, **k).replace("--input_format=NCHW", "--input_format=NCWH")
+    )
+    with pytest.raises(Exception, match=r"--input_format='NCWH': the documentation allows one of NCHW, NHWC, ND"):
+        _package(recipe, tmp_path / "dist")
+
+
+def test_verify_runs_the_lint(tiny_bundle, tmp_path, capsys, wide_console):
+    from torch2ms.package.archive import write_archive
+    from torch2ms.package.verify import check_files
+
+    _, bundle = tiny_bundle
+    files = _members(bundle)
+    cfg = "targets/atlas-200i-dk-a2/converter_lite.cfg"
+    files[cfg] = files[cfg].replace(b"precision_mode=enforce_fp16", b"precision_mode=enforce_fp8")
+    manifest = json.loads(files["manifest.json"])
+    manifest["files"][cfg] = hashlib.sha256(files[cfg]).hexdigest()
+    files["manifest.json"] = json.dumps(manifest).encode()
+    assert check_files({k: hashlib.sha256(v).hexdigest() for k, v in files.items()}, manifest) == []
+    write_archive(tmp_path / "b.tar.gz", files)
+    assert run_cli("verify", str(tmp_path / "b.tar.gz")) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "converter_lite.cfg:3, section ascend_context: precision_mode='enforce_fp8': the documentation allows one of"
+        in err
+    )
+
+
+def _members(bundle: Path) -> dict[str, bytes]:
+    with tarfile.open(bundle) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_the_opset_11_onnx_is_checked_against_pytorch(tiny_bundle, tmp_path):
+    """board_onnx.check holds the file ATC and AMCT read to the MindIR's bound against PyTorch: the
+    shipped one passes, the same graph with one weight changed fails naming the output."""
+    from onnx import numpy_helper
+
+    from torch2ms.errors import CheckFailed
+    from torch2ms.package import board_onnx
+
+    _, bundle = tiny_bundle
+    root = unpack_bundle(bundle, tmp_path / "b")
+    tol = json.loads((root / "manifest.json").read_text())["tolerance"]
+    path, ref = root / "model" / board_onnx.NAME, root / "samples" / "reference.npz"
+    figures = board_onnx.check(path, ref, tol)
+    assert figures and all(f["rel_error"] <= tol["rel_error"] for f in figures.values())
+    model = onnx.load(str(path))
+    w = model.graph.initializer[0]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.01, w.name))
+    onnx.save(model, str(tmp_path / "wrong.onnx"))
+    with pytest.raises(CheckFailed, match=r"does not match PyTorch: samples, output 'output': relative error"):
+        board_onnx.check(tmp_path / "wrong.onnx", ref, tol)

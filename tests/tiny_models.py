@@ -183,3 +183,35 @@ class TinyEncoder(nn.Module):
 
 def tiny_encoder() -> nn.Module:
     return TinyEncoder()
+
+
+class TwoInputs(nn.Module):
+    """An image and a feature vector, joined before the head: a model with two batch-carrying inputs."""
+
+    def __init__(self, classes: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8 + 4, classes)
+
+    def forward(self, image, extra):
+        pooled = torch.relu(self.conv(image)).mean((2, 3))
+        return self.head(torch.cat([pooled, extra], 1))
+
+
+def two_inputs(classes: int = 3) -> nn.Module:
+    return TwoInputs(classes)
+
+
+class Scaled(nn.Module):
+    """An image and a rank-0 scale: ``relu(conv(x) * scale - threshold)`` with both scalars graph inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, image, scale, threshold):
+        return torch.relu(self.conv(image) * scale - threshold)
+
+
+def scaled() -> nn.Module:
+    return Scaled()

@@ -141,7 +141,8 @@ class InputSpec(_Strict):
     @field_validator("shape")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(d <= 0 for d in v):
+        """``[]`` is a scalar (a rank-0 input: a threshold, a sample rate); every dimension is positive."""
+        if any(d <= 0 for d in v):
             raise ValueError(f"every dimension must be a positive integer, got {list(v)}")
         return v
 
@@ -174,6 +175,10 @@ class InputSpec(_Strict):
 
     @model_validator(mode="after")
     def _batch_holds_shape(self):
+        if not self.shape:
+            if self.batch is not None:
+                raise ValueError("batch lists sizes for dimension 0; a scalar (shape []) has none")
+            return self
         sizes = self.batch_sizes()
         if self.shape[0] not in sizes:
             raise ValueError(
@@ -215,9 +220,10 @@ class InputSpec(_Strict):
         return tuple(sorted(self.sequence))
 
     def batch_sizes(self) -> tuple[int, ...]:
-        """The batch sizes this input is served at, ascending (``(shape[0],)`` without ``batch``)."""
+        """The batch sizes this input is served at, ascending (``(shape[0],)`` without ``batch``;
+        ``()`` for a scalar)."""
         if self.batch is None:
-            return (self.shape[0],)
+            return tuple(self.shape[:1])
         return tuple(sorted((self.batch,) if isinstance(self.batch, int) else self.batch))
 
     def data_sources(self) -> tuple[str, ...]:

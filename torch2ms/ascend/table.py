@@ -20,7 +20,7 @@ from pathlib import Path
 from torch2ms.ascend.lowering import SHAPE_ONLY
 
 TABLE = Path(__file__).with_name("ascend310.json")
-PRECISIONS = ("fp16", "fp32", "int8")
+PRECISIONS = ("fp16", "cube-fp16", "fp32", "int8")  # package.targets.PRECISION: the ATC mode each means
 QUANTIZABLE = frozenset({"Conv2D", "DepthwiseConv2D", "MatMulV2", "BatchMatMul", "Conv2DTransposeD", "AvgPool"})
 AI_CORE, AI_CPU, UNSUPPORTED, NONE = "AI Core", "AI CPU", "unsupported", "none"
 
@@ -43,6 +43,8 @@ def device_dtype(dtype: str, precision: str, op: str) -> str:
         return dtype
     if precision == "int8" and op in QUANTIZABLE:
         return "int8"
+    if precision == "cube-fp16":  # allow_fp32_to_fp16: the Cube ops in fp16, the rest keep float32
+        return "float16" if op in QUANTIZABLE else dtype
     return "float16"
 
 
@@ -60,7 +62,7 @@ def place(op: str, dtype: str, precision: str = "fp16", table: dict | None = Non
             return Where(AI_CORE, run)
         if run == "int8" and "float16" in core:
             return Where(AI_CORE, "float16", "no int8 kernel: runs in fp16")
-        if run == "float32" and "float16" in core:
+        if run == "float32" and "float16" in core and precision != "fp32":  # must_keep_origin_dtype: no fallback
             return Where(AI_CORE, "float16", "no float32 kernel: runs in fp16 (allow_fp32_to_fp16)")
         why = f"dtype {run} not in its AI Core kernel's ({', '.join(core)})"
     else:

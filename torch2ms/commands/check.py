@@ -11,12 +11,12 @@ from pathlib import Path
 
 import typer
 
+from torch2ms.ascend.table import PRECISIONS
 from torch2ms.cli_app import app, console, out_console
 from torch2ms.errors import OnnxError, Torch2msError, UnsupportedOpsError
 
 # chips with a derived op-placement table (torch2ms/ascend/ascend310.json)
 ASCEND_TARGETS = ("ascend310",)
-PRECISIONS = ("fp16", "fp32", "int8")
 
 
 def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
@@ -81,7 +81,7 @@ def check(
         + ", ".join(ASCEND_TARGETS),
     ),
     precision: str = typer.Option(
-        "fp16", "--precision", help="with --target: the packaged precision, fp16, fp32 or int8"
+        "fp16", "--precision", help="with --target: the packaged precision, fp16, cube-fp16, fp32 or int8"
     ),
     converters: list[str] = typer.Option(
         [], "--converters", help="a converter plugin module for an ONNX file, as a recipe's converters (repeatable)"

@@ -19,7 +19,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import aipp, compat, fusion_switch, int8, targets
+from torch2ms.package import aipp, board_onnx, compat, fusion_switch, int8, lint, targets
 from torch2ms.package import precision as fp16_plan
 from torch2ms.pipeline.runner import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
@@ -141,6 +141,7 @@ def _readme(
     size,
     opset: int,
     weights_apart: bool = False,
+    board: bool = False,
 ) -> str:
     pre_text, aipp_note, aipp_howto = _readme_input(recipe, manifest["preprocess"], is_image, size)
     post = manifest["postprocess"]
@@ -165,9 +166,16 @@ def _readme(
         aipp_note=aipp_note,
         aipp_howto=aipp_howto,
         precision=precision,
+        board_row=(
+            f"| `model/{board_onnx.NAME}` | the ONNX `atc.sh` and AMCT read: opset {board_onnx.OPSET} (ATC documents "
+            "11-15, AMCT 11), checked against PyTorch like `model.onnx` |\n"
+            if board
+            else ""
+        ),
+        lite_note="" if target.lite_verified else f" **Unverified on this board:** {targets.LITE_UNVERIFIED_NOTE}",
         precision_modes=(
             f"converter_lite precision_mode={targets.PRECISION[precision][0]}, atc "
-            f"--precision_mode={targets.PRECISION[precision][1]}"
+            f"--precision_mode={targets.PRECISION[precision][1]}: {targets.PRECISION_MEANING[precision]}"
         ),
         pre_text=pre_text,
         post_text=post_text,
@@ -279,13 +287,20 @@ def build_bundle(
     targets.check_batch(target, inputs)
     preprocess = _preprocess_spec(recipe, is_image, size)
     tolerance = bundle_tolerance(recipe, records[writer_of("network.mindir", recipe)])
-    plan, int8_plan, calib = _precision_plans(recipe, run_root, onnx_path, ref_path, precision, is_image, log)
+    # what ATC and AMCT read (board_onnx: opset 11, checked against PyTorch); the plans are made on it
+    board, opset_note = board_onnx.board_onnx(recipe, run_root, onnx_path, ref_path, tolerance, log)
+    plan, int8_plan, calib = _precision_plans(recipe, run_root, board, ref_path, precision, is_image, log)
     log("scanning the model for the target and measuring the fp16 error budget")
-    report = compat.build_report(onnx_path, mindir, ref_in, ref_out, precision, tolerance, plan)
-    aipp_configs = _placement_and_aipp(report, recipe, onnx_path, precision, target, preprocess, size, log)
+    report = compat.build_report(board, mindir, ref_in, ref_out, precision, tolerance, plan)
+    report["warnings"] += [opset_note] if opset_note else []
+    aipp_configs = _placement_and_aipp(report, recipe, board, precision, target, preprocess, size, log)
 
     plans = (plan, int8_plan, calib)
-    files = _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans)
+    files = _payload(
+        mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans, board.name
+    )
+    if board != onnx_path:
+        files[f"model/{board_onnx.NAME}"] = board
     manifest = _manifest(recipe, version, target, precision, (inputs, outputs, preprocess, tolerance), records, report)
     manifest.update(_plan_summaries(plan, int8_plan), files={})
     _add_detection_files(files, recipe, manifest)
@@ -293,11 +308,14 @@ def build_bundle(
     # the opset model.onnx has: a newer one than export.opset when the export fell back to it
     opset = (records.get("export") or {}).get("extra", {}).get("export_path", {}).get("opset", recipe.export.opset)
     apart = any(name.startswith(f"model/{mindir_layout.VARIABLES}/") for name in files)
-    files["README.md"] = _readme(recipe, version, target, precision, manifest, is_image, size, opset, apart).encode()
+    with_board = f"model/{board_onnx.NAME}" in files
+    readme = _readme(recipe, version, target, precision, manifest, is_image, size, opset, apart, with_board)
+    files["README.md"] = readme.encode()
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
     }
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    lint.raise_for(lint.lint_files({k: v for k, v in files.items() if isinstance(v, bytes)}), "package")
 
     dest = out_dir / f"{recipe.name}-{version}.tar.gz"
     log(f"writing {dest}")
@@ -400,7 +418,6 @@ def _precision_plans(recipe, run_root, onnx_path, ref_path, precision, is_image,
         log("fp16 plan: which layers to keep in fp32 (precision.fp16_rel_error)")
         plan = fp16_plan.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     elif precision == "int8":
-        int8.refuse_limits(recipe, is_image)
         log("int8 plan: which Cube layers to keep in float (precision.int8_task_agreement, int8_rel_error)")
         int8_plan, calib = int8.cached_plan(recipe, run_root, onnx_path, ref_path, log=log)
     return plan, int8_plan, calib
@@ -421,9 +438,12 @@ def _placement_and_aipp(report: dict, recipe, onnx_path, precision, target, prep
     return aipp_configs
 
 
-def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans) -> dict:
+def _payload(
+    mindir, onnx_path, ref_path, recipe, target, inputs, precision, report, aipp_configs, plans, board_name
+) -> dict:
     """The bundle's files by archive name (a path to copy, or bytes), in archive order, before the
-    detection files, README.md and manifest.json."""
+    detection files, README.md and manifest.json; ``board_name``: the ONNX atc.sh compiles
+    (``board_onnx``), in ``model/``."""
     plan, int8_plan, calib = plans
     tdir = f"targets/{target.name}"
     detecting = recipe.task == "detection"
@@ -432,9 +452,7 @@ def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, rep
         "model/model.onnx": onnx_path,
         "samples/reference.npz": ref_path,
         "infer.py": (TEMPLATES / "infer.py").read_bytes(),
-        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(
-            target, recipe.name, inputs, precision, fp32_outputs=detecting
-        ).encode(),
+        f"{tdir}/converter_lite.sh": targets.converter_lite_sh(target, recipe.name, inputs, precision).encode(),
         f"{tdir}/converter_lite.cfg": targets.converter_lite_cfg(
             precision,
             inputs,
@@ -443,6 +461,7 @@ def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, rep
             int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
             if int8_plan and int8_plan["before"]["ok"]
             else None,
+            fp32_outputs=detecting,
         ).encode(),
         f"{tdir}/atc.sh": targets.atc_sh(
             target,
@@ -452,6 +471,7 @@ def _payload(mindir, onnx_path, ref_path, recipe, target, inputs, precision, rep
             with_aipp=image_geometry(recipe)[0],
             fp32_outputs=detecting,
             keep_dtype=bool(plan and fp16_plan.keep_dtype_text(plan)),
+            onnx_name=board_name,
         ).encode(),
         "compatibility.json": (json.dumps({"target": target.__dict__, **report}, indent=2) + "\n").encode(),
         "compatibility.md": compat.report_markdown(report, target, recipe.name).encode(),
@@ -474,7 +494,8 @@ def _plan_files(tdir: str, recipe, inputs, precision, plan, int8_plan, calib) ->
         files[f"{tdir}/amct_quant.cfg"] = int8.amct_config(int8_plan, len(calib)).encode()
         sections = int8.converter_lite_sections(int8_plan, inputs[0]["name"], len(calib))
         files[f"{tdir}/converter_lite_int8.cfg"] = (
-            int8.LITE_HEADER + targets.converter_lite_cfg(precision, inputs, None, sections)
+            int8.LITE_HEADER
+            + targets.converter_lite_cfg(precision, inputs, None, sections, fp32_outputs=recipe.task == "detection")
         ).encode()
         files.update(int8.calibration_files(calib))
         files["precision.md"] = int8.plan_markdown(int8_plan, recipe.name).encode()
@@ -501,6 +522,8 @@ def _manifest(recipe, version, target, precision, specs, records, report) -> dic
             "board": target.board,
             "soc_version": target.soc_version,
             "precision": precision,
+            "precision_means": targets.PRECISION_MEANING[precision],
+            "mindspore_lite": "documented" if target.lite_verified else targets.LITE_UNVERIFIED_NOTE,
         },
         "inputs": inputs,
         "outputs": outputs,

@@ -18,7 +18,8 @@ is the same on AVX2 and AVX-512 machines.
 * ``amct_quant.cfg``: AMCT's simplified post-training quantization config (text protobuf of
   ``amct_onnx/proto/calibration_config_onnx.proto``, CANN AMCT docs "Simplified PTQ Configuration
   File", atlasamct_16_0163): ``batch_num``, ``activation_offset: true`` (asymmetric activations, as
-  emulated), one ``skip_layers`` per layer kept in float (ONNX node names of ``model/model.onnx``),
+  emulated), one ``skip_layers`` per layer kept in float (ONNX node names of the file ``atc.sh``
+  compiles, ``board_onnx``),
   ``common_config { arq_quantize { channel_wise } }``. It goes to ``amct_onnx.create_quant_config(...,
   config_defination=...)`` (atlasamct_16_0153), whose fake-quant and deploy ONNX ATC compiles.
 * ``converter_lite.cfg`` for MindSpore Lite full quantization: ``[common_quant_param]
@@ -31,9 +32,10 @@ is the same on AVX2 and AVX-512 machines.
   (the "all INT8" row), and ``precision.md`` says so.
 * ``calibration/<input>/NNNN.bin``: the calibration samples, preprocessed, float32 NCHW, raw.
 
-**Refused** with their reasons: INT8 with a dynamic batch (AMCT-quantized models cannot use ATC's
-dynamic batch profiles), and AIPP with ``dynamic_dims`` (ATC ``--insert_op_conf`` excludes
-``--dynamic_dims``: CANN ATC docs, atlasatcparam_16_0044).
+**Dynamic batch** (``inputs[].batch``) is not refused: no CANN or AMCT page found limits it for a
+quantized model (AMCT's create_quant_config asks an opset-11 ONNX that runs in onnxruntime; ATC's
+``--dynamic_batch_size`` names no INT8 exception), so ``atc.sh`` compiles AMCT's deploy ONNX with
+the same profiles as a float bundle. The calibration and the plan run at the recipe's batch.
 """
 
 from __future__ import annotations
@@ -405,27 +407,7 @@ def cached_plan(recipe, run_root: Path, onnx_path: Path, ref_path: Path, log: Ca
     return search.cached_plan(run_root / "precision" / "int8_plan.json", key, make, "int8 plan", log), calib
 
 
-# --- refusals and the files for the board tools --------------------------------------------------
-
-
-def refuse_limits(recipe, is_image: bool) -> None:
-    """The documented limits of INT8 on the board, refused before anything is written."""
-    sizes = recipe.batch_sizes()
-    if not sizes:
-        return
-    reasons = [
-        f"inputs[].batch {list(sizes)}: an INT8 (AMCT-quantized) model cannot be compiled with ATC dynamic batch "
-        "profiles (--dynamic_batch_size)"
-    ]
-    if is_image:
-        reasons.append(
-            "and the image input's AIPP (--insert_op_conf) cannot be combined with --dynamic_dims, the other "
-            "dynamic-shape route (CANN ATC docs, --insert_op_conf)"
-        )
-    raise RecipeError(
-        "--precision int8: " + "; ".join(reasons),
-        hint="package INT8 at one batch size (remove inputs[].batch), or package this recipe with --precision fp16",
-    )
+# --- the files for the board tools --------------------------------------------------
 
 
 def amct_config(plan: dict, batches: int) -> str:
@@ -552,7 +534,8 @@ def _md_board(plan: dict) -> list[str]:
         "## For the board",
         "",
         "- ATC path: `targets/<board>/amct_quant.cfg` lists the float layers as AMCT `skip_layers` (ONNX node names "
-        "of `model/model.onnx`); calibrate with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
+        "of the ONNX atc.sh compiles, `model/model_opset11.onnx` where the model exports at opset 11); calibrate "
+        "with AMCT on `calibration/` and compile its deploy ONNX with `atc.sh`.",
         "- MindSpore Lite path: `converter_lite_int8.cfg` runs full quantization on `calibration/` "
         f"(`activation_quant_method={LITE_METHOD[cal['method']]}`, `target_device=ASCEND`). Its `skip_quant_node` "
         "takes MindIR node names, which are not the plan's ONNX names, so it quantizes every layer: expect the "
@@ -563,7 +546,8 @@ def _md_board(plan: dict) -> list[str]:
             else "All INT8 misses the gate, so `converter_lite.cfg` stays fp16 "
             "(`CONVERTER_CONFIG=converter_lite_int8.cfg sh converter_lite.sh` to quantize anyway)."
         ),
-        "- Dynamic batch is refused for INT8 (AMCT-quantized models cannot use ATC dynamic batch).",
+        "- A dynamic batch (`inputs[].batch`) goes to ATC as for a float bundle; the plan was emulated at the "
+        "recipe's batch.",
         "",
     ]
 

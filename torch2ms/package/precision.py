@@ -20,7 +20,7 @@ emulation is measured against true fp16 execution where one runs here (``true_fp
 * ``keep_dtype.cfg`` for ATC ``--keep_dtype`` with ``--precision_mode=force_fp16``: one operator
   name of the original model per line (or ``OpType::<Ascend IR type>``). CANN ATC docs,
   "--keep_dtype" (atlasatcparam_16_0074 / atctool_0095). The names are the ONNX node names of
-  ``model/model.onnx``, the file ``atc.sh`` compiles and the one emulated here.
+  ONNX ``atc.sh`` compiles (``model/model_opset11.onnx``, ``board_onnx``), the one emulated here.
 * ``modify_mixlist.json`` for ATC ``--modify_mixlist`` (needs ``--precision_mode=allow_mix_precision``)
   and converter_lite: ``{"black-list": {"to-add": [...]}}``, Ascend IR op types that must not be
   lowered to fp16; CANN docs "--modify_mixlist" (atlasatcparam_16_0071, aoerc_16_0063). It works by
@@ -339,9 +339,10 @@ def _md_kept(plan: dict) -> list[str]:
         ]
         lines += [
             "",
-            "On the board: `atc.sh` passes `--keep_dtype=keep_dtype.cfg` (ONNX node names of `model/model.onnx`; ATC",
-            "may rename nodes it fuses, so check its log for names it did not find). `modify_mixlist.json` black-lists",
-            "the kept nodes' Ascend IR types for `--precision_mode=allow_mix_precision` and for converter_lite",
+            "On the board: `atc.sh` passes `--keep_dtype=keep_dtype.cfg` (ONNX node names of the file it compiles;",
+            "ATC may rename nodes it fuses, so check its log for names it did not find). `modify_mixlist.json`",
+            "black-lists the kept nodes' Ascend IR types for `--precision_mode=allow_mix_precision` and for",
+            "converter_lite",
             "(`converter_lite.cfg`: precision_mode=preferred_optimal + ge.exec.modify_mixlist); it keeps *every* op",
             "of those types in fp32, which is more than the plan and slower. converter_lite reads the MindIR, whose",
             "node names differ from the ONNX's, and has no per-node list.",

@@ -40,6 +40,15 @@ class Target:
     max_batch_profiles: int = 100
 
     @property
+    def lite_verified(self) -> bool:
+        """Whether MindSpore Lite's Ascend path is documented for this chip. The Lite docs list the
+        Atlas 200/300/500 inference products (310) and the Atlas inference series (310P) ("Integrated
+        Ascend", mindspore.cn/lite/docs/zh-CN/r2.4.1/advanced/third_party/ascend_info.html;
+        converter_lite ``--device``: Ascend310, Ascend310P, "converter_tool" of the cloud docs), not
+        the Atlas 200I/500 A2 (310B): the bundle ships converter_lite.sh there marked unverified."""
+        return not self.soc_version.startswith("Ascend310B")
+
+    @property
     def shape_ranges(self) -> bool:
         """Shape ranges (``--input_shape="x:1~8,..."``, a truly dynamic dimension) instead of
         profiles: not on Atlas 200I/500 A2 inference products (310B), per the ATC ``--input_shape``
@@ -58,13 +67,38 @@ TARGETS = {
     )
 }
 
-# precision option -> (converter_lite [ascend_context] precision_mode, atc --precision_mode)
+# precision option -> (converter_lite [ascend_context] precision_mode, atc --precision_mode). ATC's values: CANN
+# ATC docs, "--precision_mode" (atlasatcparam_16_0067): force_fp16 runs every op that has an fp16 kernel in fp16;
+# allow_fp32_to_fp16 runs the Cube (matrix) ops in fp16 and keeps float32 for the vector ops that support it;
+# must_keep_origin_dtype keeps the graph's float32, an op whose AI Core kernel has no float32 going to its float32
+# AI CPU kernel, or failing the build without one. converter_lite's names are the same modes: MindSpore's
+# TransforPrecisionToAcl (mindspore/ccsrc/cxx_api/acl_utils.h) maps enforce_fp16 -> force_fp16, preferred_fp32 ->
+# allow_fp32_to_fp16, enforce_origin -> must_keep_origin_dtype (values: MindSpore Lite "converter_tool_ascend",
+# [ascend_context] precision_mode).
 PRECISION = {
     "fp16": ("enforce_fp16", "force_fp16"),
-    "fp32": ("preferred_fp32", "allow_fp32_to_fp16"),
+    "cube-fp16": ("preferred_fp32", "allow_fp32_to_fp16"),  # what `fp32` wrote before: Conv/MatMul still in fp16
+    "fp32": ("enforce_origin", "must_keep_origin_dtype"),
     # int8: the Cube layers quantized (AMCT's deploy ONNX for ATC, converter_lite full quantization), the rest fp16
     "int8": ("enforce_fp16", "force_fp16"),
 }
+PRECISION_MEANING = {
+    "fp16": "every op in fp16 where it has an fp16 kernel",
+    "cube-fp16": "the Cube ops (Conv, MatMul, Gemm) in fp16, vector ops in fp32 where they have an fp32 kernel",
+    "fp32": "the graph's float32 kept everywhere: an op without an fp32 AI Core kernel runs on the AI CPU or fails",
+    "int8": "the Cube layers in INT8 (the INT8 plan), the rest in fp16",
+}
+
+
+LITE_UNVERIFIED_NOTE = (
+    "the MindSpore Lite docs list the Ascend 310 and 310P for Lite's Ascend inference, not the 310B (Atlas 200I/500 "
+    "A2); the ATC path (atc.sh) is the documented one here"
+)
+LITE_UNVERIFIED = (
+    "\n# UNVERIFIED: the MindSpore Lite docs list the Ascend 310 and 310P, not the {board}'s 310B;\n"
+    "# atc.sh is the documented path for this board.\n"
+    'echo "warning: MindSpore Lite on the 310B is not documented (unverified); atc.sh is the documented path" >&2'
+)
 
 
 def get_target(name: str) -> Target:
@@ -107,32 +141,47 @@ def check_batch(target: Target, inputs: list[dict]) -> tuple[int, ...] | None:
     return sizes
 
 
-def _shapes(inputs: list[dict], sep: str, brackets: bool = False) -> str:
+def _shapes(inputs: list[dict], sep: str, brackets: bool = False, scalars: bool = False) -> str:
     """``name:1,3,224,224;...`` (``[...]`` for converter_lite's config), dimension 0 of an input
-    served at several batch sizes written -1."""
+    served at several batch sizes written -1. A scalar input (shape ``[]``) is ``name:`` with
+    ``scalars`` (ATC ``--input_shape``: "a scalar input, if given, is empty", and it must be given
+    beside a dynamic profile; atlasatcparam_16_0016), else left out: converter_lite's pages do not
+    say how to write one, and the MindIR already fixes its shape."""
 
     def dims(i):
+        if not i["shape"]:
+            return ""
         shape = [-1 if len(i.get("batch") or ()) > 1 else i["shape"][0], *i["shape"][1:]]
         if i.get("sequence"):
             shape[1] = -1
         text = sep.join(str(d) for d in shape)
         return f"[{text}]" if brackets else text
 
-    return ";".join(f"{i['name']}:{dims(i)}" for i in inputs)
+    return ";".join(f"{i['name']}:{dims(i)}" for i in inputs if i["shape"] or scalars)
 
 
 def converter_lite_cfg(
-    precision: str, inputs: list[dict] | None = None, plan: dict | None = None, quant: dict | None = None
+    precision: str,
+    inputs: list[dict] | None = None,
+    plan: dict | None = None,
+    quant: dict | None = None,
+    fp32_outputs: bool = False,
 ) -> str:
-    """``[ascend_context]``: with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``
-    (one profile per size: ``[1],[2],[4],[8]``), which the MindSpore Lite docs take from the config
-    file rather than ``--inputShape``; with an fp16 plan that keeps layers in fp32, the
+    """``[ascend_context]``: with a dynamic batch its ``input_shape`` (N = -1) and ``dynamic_dims``,
+    which the MindSpore Lite docs take from the config file rather than ``--inputShape``: one
+    profile per size (``[1],[2],[4]``) and, with several inputs, one such group per input whose
+    dimension 0 is -1, the groups separated by ``;`` (``[1],[2],[4];[1],[2],[4]``: MindSpore Lite
+    "converter_tool_ascend", "Dynamic Batch Size"); ``output_type=FP32`` (same page, Table 1) keeps
+    float32 outputs for a host postprocess; with an fp16 plan that keeps layers in fp32, the
     mixed-precision settings of ``precision.converter_lite_settings``."""
     context = {"input_format": "NCHW", "precision_mode": PRECISION[precision][0]}
     sizes = batch_sizes(inputs or [])
     if sizes:
         context["input_shape"] = _shapes(inputs, ",", brackets=True)
-        context["dynamic_dims"] = ",".join(f"[{b}]" for b in sizes)
+        group = ",".join(f"[{b}]" for b in sizes)
+        context["dynamic_dims"] = ";".join(group for i in inputs if len(i.get("batch") or ()) > 1)
+    if fp32_outputs:
+        context["output_type"] = "FP32"
     sections = {"ascend_context": context}
     if plan is not None and precision == "fp16":
         from torch2ms.package.precision import converter_lite_settings
@@ -177,23 +226,21 @@ def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
     return None
 
 
-def converter_lite_sh(
-    target: Target, model_name: str, inputs: list[dict], precision: str, fp32_outputs: bool = False
-) -> str:
-    # detection heads go to a host postprocess that was checked on float32 (box pixels, nearly equal scores)
-    out_type = " \\\n  --outputDataType=FLOAT32" if fp32_outputs else ""
+def converter_lite_sh(target: Target, model_name: str, inputs: list[dict], precision: str) -> str:
     sizes = batch_sizes(inputs)
     # a dynamic batch takes its input_shape and dynamic_dims from converter_lite.cfg
     shape_flag = "" if sizes else f'  --inputShape="{_shapes(inputs, ",")}" \\\n'
     config = "${CONVERTER_CONFIG:-$HERE/converter_lite.cfg}" if precision == "int8" else "$HERE/converter_lite.cfg"
     served = f"\n# Batch sizes {','.join(map(str, sizes))} (dynamic_dims in converter_lite.cfg)." if sizes else ""
+    unverified = "" if target.lite_verified else LITE_UNVERIFIED.format(board=target.board)
     return f"""#!/bin/sh
 # MindSpore Lite for Ascend: optimise model/network.mindir offline for {target.board}.
 # Run on the board (or a host with the Ascend CANN toolkit and the MindSpore Lite cloud-inference
 # package, whose tools/converter/lib must be on LD_LIBRARY_PATH). Output: {model_name}_ascend.mindir
 # Over 1 GB of weights network.mindir is the graph and model/network_variables/ holds the weights.
-# Precision: {PRECISION[precision][0]} (set in converter_lite.cfg; enforce_fp16 is the Ascend default).{served}
-set -eu
+# Precision: {PRECISION[precision][0]} (set in converter_lite.cfg; enforce_fp16 is the Ascend default):
+# {PRECISION_MEANING[precision]}.{served}
+set -eu{unverified}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$HERE/../.." && pwd)
 CONVERTER=${{CONVERTER_LITE:-converter_lite}}
@@ -203,7 +250,7 @@ cd "$HERE"  # converter_lite.cfg names modify_mixlist.json relative to this fold
   --outputFile="$BUNDLE/model/{model_name}_ascend" \\
   --saveType=MINDIR \\
   --optimize=ascend_oriented \\
-{shape_flag}  --configFile="{config}"{out_type}
+{shape_flag}  --configFile="{config}"
 echo "wrote $BUNDLE/model/{model_name}_ascend.mindir; run it with:"
 echo "  python3 infer.py IMAGE --model model/{model_name}_ascend.mindir --device ascend"
 """
@@ -217,6 +264,7 @@ def atc_sh(
     with_aipp: bool,
     fp32_outputs: bool = False,
     keep_dtype: bool = False,
+    onnx_name: str = "model.onnx",
 ) -> str:
     flags = ' \\\n  --insert_op_conf="${AIPP_CFG:-$HERE/aipp.cfg}"' if with_aipp else ""
     # the fp16 plan: these ONNX nodes keep float32 under force_fp16 (precision.md)
@@ -228,7 +276,7 @@ def atc_sh(
         flags += f' \\\n  --dynamic_dims="{";".join(",".join(map(str, p)) for p in profiles)}"'
     elif sizes:  # one OM serving these batch sizes; the app picks one with aclmdlSetDynamicBatchSize
         flags += f' \\\n  --dynamic_batch_size="{",".join(map(str, sizes))}"'
-    model = "$BUNDLE/model/model.onnx"
+    model = f"$BUNDLE/model/{onnx_name}"  # the opset ATC documents (board_onnx)
     if precision == "int8":  # ATC compiles the INT8 model AMCT writes (precision.md, 'For the board')
         model = "${ONNX_MODEL:?set ONNX_MODEL to AMCT's deploy ONNX (amct_quant.cfg, precision.md)}"
     note = (
@@ -239,9 +287,10 @@ def atc_sh(
         else "# No AIPP (the input is not a 3-channel image): feed the float32 NCHW tensor as is.\n"
     )
     return f"""#!/bin/sh
-# CANN ATC: compile model/model.onnx into an offline model (.om) for {target.board}.
+# CANN ATC: compile model/{onnx_name} into an offline model (.om) for {target.board}.
 # Run where the CANN toolkit is installed (source .../ascend-toolkit/set_env.sh first).
-{note}# Precision: --precision_mode={PRECISION[precision][1]} (ATC's default is force_fp16).
+{note}# Precision: --precision_mode={PRECISION[precision][1]} (ATC's default is force_fp16):
+# {PRECISION_MEANING[precision]}.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$HERE/../.." && pwd)
@@ -257,7 +306,7 @@ atc --framework=5 \\
   --model="{model}" \\
   --output="$BUNDLE/model/{model_name}" \\
   --input_format={"ND" if profiles else "NCHW"} \\
-  --input_shape="{_shapes(inputs, ",")}" \\
+  --input_shape="{_shapes(inputs, ",", scalars=True)}" \\
   --soc_version="$SOC" \\
   --precision_mode={PRECISION[precision][1]}{flags}
 echo "wrote $BUNDLE/model/{model_name}.om"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs
 from torch2ms.errors import CheckFailed
+from torch2ms.package import lint
 from torch2ms.package.archive import BundleTampered, BundleUnreadable, safe_extract
 from torch2ms.package.build import FORMAT
 from torch2ms.pipeline.report import task_summary
@@ -82,6 +83,10 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
                 hint="the bundle was modified or damaged after packaging; do not deploy it, package again",
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
+        lint.raise_for(
+            lint.lint_files({n: (root / n).read_bytes() for n in hashes if n.startswith("targets/")}), str(archive)
+        )
+        log("board-tool settings: every flag and key as documented (package/vendor_flags.py)")
         outputs, reference, batches, lengths = _run_mindir(root, manifest)
     metrics, n = compare_outputs(outputs, reference), len(outputs)
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)

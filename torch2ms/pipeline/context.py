@@ -83,6 +83,8 @@ class RunContext:
             shapes = {
                 i.name: (batch.get(i.name, i.shape[0]), *((seq.get(i.name, i.shape[1]),) if len(i.shape) > 1 else ()))
                 + tuple(i.shape[2:])
+                if i.shape
+                else ()  # a scalar
                 for i in self.recipe.inputs
             }
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -141,6 +142,7 @@ class RunDir:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._lock_fd: int | None = None
+        self._created: list[Path] = []  # the folders lock() made, deepest first: unlock() removes them if empty
 
     def stage_dir(self, stage: str) -> Path:
         return self.root / stage
@@ -212,9 +214,13 @@ class RunDir:
         dead run is simply free. Deciding "stale" from the pid alone let several runs that
         found the same stale file all delete it and all go ahead.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._created = list(itertools.takewhile(lambda d: not d.exists(), (self.root, *self.root.parents)))
         while True:
-            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+            except FileNotFoundError:  # a run that found the folder empty removed it (unlock): make it again
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -239,10 +245,18 @@ class RunDir:
             return previous if previous != os.getpid() else None
 
     def unlock(self) -> None:
+        """Release the lock; a run folder this lock made and nothing filled (a recipe refused
+        before its first stage wrote anything) is removed, with the parents made for it."""
         if self._lock_fd is not None:
             self.lock_path.unlink(missing_ok=True)  # while still holding it: see lock()
             os.close(self._lock_fd)
             self._lock_fd = None
+        for d in self._created:
+            try:
+                d.rmdir()
+            except OSError:  # not empty (or in use again): keep it and its parents
+                break
+        self._created = []
 
 
 def _read_pid(path: Path) -> int | None:
@@ -267,7 +281,10 @@ def split_reference(arrays: dict[str, np.ndarray]):
     if order is not None:
         outs = {str(n): outs[str(n)] for n in order}
     n = len(next(iter(ins.values())))
-    return [{k: v[s] for k, v in ins.items()} for s in range(n)], [{k: v[s] for k, v in outs.items()} for s in range(n)]
+    # v[s, ...]: an array even for a scalar input or output (v[s] would be a numpy scalar)
+    return [{k: v[s, ...] for k, v in ins.items()} for s in range(n)], [
+        {k: v[s, ...] for k, v in outs.items()} for s in range(n)
+    ]
 
 
 def pack_reference(inputs: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
