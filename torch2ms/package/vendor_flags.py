@@ -17,6 +17,7 @@ ATC_PARAMS = "CANN 8.0 ATC docs, command-line options (hiascend.com .../devaids/
 ATC_FRAMEWORK = "CANN 8.0 ATC docs, --framework (atlasatcparam_16_0014)"
 ATC_INPUT_SHAPE = "CANN ATC docs, --input_shape (atlasatcparam_16_0016)"
 ATC_PRECISION = "CANN 8.0 ATC docs, --precision_mode (atlasatcparam_16_0067)"
+ATC_FUSION_SWITCH = "CANN 8.0 ATC docs, --fusion_switch_file (atlasatcparam_16_0053; the JSON form: atlasatc_16_0085)"
 ATC_AIPP = "CANN ATC docs, AIPP configuration (aipp_op fields; 'Normalization', 'CSC Configuration')"
 LITE_CLI = "MindSpore Lite cloud docs, converter_tool.md (r2.10.0), 'Description of Parameters'"
 LITE_ASCEND = "MindSpore Lite cloud docs, converter_tool_ascend.md (r2.10.0), Tables 1-3 and 'Dynamic Batch Size'"
@@ -79,6 +80,7 @@ ATC = {
     "--output_type": Allowed(ATC_PARAMS + ", --output_type", ("FP32", "UINT8", "FP16")),
     "--dynamic_batch_size": Allowed(ATC_PARAMS + ", --dynamic_batch_size", pattern=rf"{INT}(,{INT})*"),
     "--dynamic_dims": Allowed(ATC_PARAMS + ", --dynamic_dims", pattern=rf"{_DIMS}(;{_DIMS})*"),
+    "--fusion_switch_file": _any(ATC_FUSION_SWITCH),
 }
 
 CONVERTER_LITE = {
