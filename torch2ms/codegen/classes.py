@@ -1,0 +1,148 @@
+"""Class de-duplication: the instances of one PyTorch class whose code differs only in numbers
+or strings (channels, strides, shapes) are one generated class, the values that differ its
+constructor arguments (``Bottleneck(256, 64, 1)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from torch2ms.codegen.pieces import ChildRef, Lit, Opt, named
+from torch2ms.graph.names import Namer, snake
+
+if TYPE_CHECKING:
+    from torch2ms.codegen.scopes import Scope
+
+
+@dataclass
+class Group:
+    """One generated class: the instances that share its code, and its constructor arguments."""
+
+    name: str
+    base: str
+    instances: list[Scope]
+    key: tuple
+    params: list[str] = field(default_factory=list)
+    varying: list[int] = field(default_factory=list)  # literal positions that are parameters
+    param_of: dict[int, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+class Classes:
+    """The generated classes, in the order their first instance was rendered (children first)."""
+
+    def __init__(self, classes: dict[str, str], taken: set[str]):
+        self.classes = classes  # module path -> PyTorch class
+        self.groups: list[Group] = []
+        self.group_of: dict[tuple, Group] = {}
+        self.names = set(taken) | {"ms", "nn", "ops", "Parameter", "initializer"}
+
+    def base_name(self, s: Scope) -> str:
+        """The PyTorch class of ``s``, else a name made from its attribute."""
+        base = (
+            (self.classes.get(s.module) or "").lstrip("_")
+            or "".join(p[:1].upper() + p[1:] for p in snake(s.attr).split("_"))
+            or "Block"
+        )
+        return base if base.isidentifier() and base[0].isalpha() else f"Block{base}"
+
+    def add(self, s: Scope) -> None:
+        """Put the rendered instance ``s`` in the class of its code, a new one if none has it."""
+        base = self.base_name(s)
+        key = (base, tuple(s.body.signature))
+        g = self.group_of.get(key)
+        if g is None:
+            n = sum(1 for x in self.groups if x.base == base)
+            name = base if n == 0 else f"{base}{n + 1}"
+            while name in self.names:
+                name += "_"
+            self.names.add(name)
+            g = Group(name, base, [], key)
+            self.group_of[key] = g
+            self.groups.append(g)
+        g.instances.append(s)
+        s.group = g
+
+    # --- constructor arguments ---
+    @staticmethod
+    def literals(s: Scope) -> list[Lit]:
+        out = []
+        for line in s.body.init + s.body.construct:
+            for p in line:
+                if isinstance(p, Lit):
+                    out.append(p)
+                elif isinstance(p, Opt):
+                    out += [q for q in p.value if isinstance(q, Lit)]
+                elif isinstance(p, ChildRef):
+                    out += [Lit(a, h) for a, h in zip(p.scope.args, p.scope.group.params)]
+        return out
+
+    def finish(self, g: Group) -> None:
+        """Name ``g``'s constructor arguments, give each instance its values, write its code."""
+        vectors = [self.literals(s) for s in g.instances]
+        n = len(vectors[0])
+        varying = [k for k in range(n) if len({v[k].text for v in vectors}) > 1]
+        namer = Namer({"self"})
+        by_values: dict[tuple, list[tuple[str, str]]] = {}  # values -> [(kind, parameter)]
+        for k in varying:
+            hint = vectors[0][k].hint
+            values = tuple(v[k].text for v in vectors)
+            kind = "channels" if "channels" in hint else hint
+            # one argument for equal values of one kind (conv1's out_channels, conv2's in_channels); a
+            # size in construct (a reshape target) takes a layer's argument of equal values
+            known = by_values.setdefault(values, [])
+            same = [p for kd, p in known if kd == kind or not (named(kd) and named(kind))]
+            if same:
+                g.param_of[k] = same[0]
+                continue
+            name = namer(hint)
+            g.params.append(name)
+            g.param_of[k] = name
+            known.append((kind, name))
+        first = {}
+        for k in varying:
+            first.setdefault(g.param_of[k], k)
+        for s, vec in zip(g.instances, vectors):
+            s.args = [vec[first[p]].text for p in g.params]
+        g.lines = class_lines(g.instances[0], g)
+
+
+def class_lines(s: Scope, g: Group | None) -> list[str]:
+    """The class's source (logical lines, indented), literals that vary replaced by parameters."""
+    k = 0
+    attrs_needed = []
+
+    def text(line: list, in_init: bool) -> str:
+        nonlocal k
+        out = ""
+        for p in line:
+            if isinstance(p, Opt):
+                is_arg = any(g and g.param_of.get(k + j) for j in range(sum(isinstance(q, Lit) for q in p.value)))
+                value = text(p.value, in_init)
+                if is_arg or value != p.default:
+                    out += f", {p.key}={value}"
+            elif isinstance(p, Lit):
+                name = g.param_of.get(k) if g else None
+                if name and not in_init and name not in attrs_needed:
+                    attrs_needed.append(name)
+                out += p.text if name is None else (name if in_init else f"self.{name}")
+                k += 1
+            elif isinstance(p, ChildRef):
+                args = []
+                for a in p.scope.args:
+                    name = g.param_of.get(k) if g else None
+                    args.append(a if name is None else name)
+                    k += 1
+                out += f"{p.scope.group.name}({', '.join(args)})"
+            else:
+                out += p
+        return out.replace("(, ", "(")
+
+    init = [text(line, True) for line in s.body.init]
+    construct = [text(line, False) for line in s.body.construct]
+    params = g.params if g else []
+    out = [f"    def __init__(self{''.join(', ' + p for p in params)}):", "        super().__init__()"]
+    out += [f"        self.{a} = {a}" for a in attrs_needed]
+    out += [f"        {line}" for line in init]
+    out += ["", f"    {construct[0]}"] + [f"        {line}" for line in construct[1:]]
+    return out
