@@ -11,16 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torch2ms.codegen.classes import Classes
-from torch2ms.codegen.pieces import ChildRef, Lit, Opt, call_pieces, pieces, rename, tokens
+from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces, owned, pieces, rename, tokens
 from torch2ms.codegen.scopes import Scope, Scopes
 from torch2ms.converters.api import MS_DTYPES, literal
 from torch2ms.graph.names import Namer, snake
-
-# attribute names a MindSpore Cell uses itself
-CELL_NAMES = set(
-    "construct cells training phase parameters cls_name name compile run insert_child_to_cell update_parameters_name "
-    "param_prefix to_float set_train bprop cell_init_args parameter_layout_dict".split()
-)
 
 
 @dataclass
@@ -32,6 +26,7 @@ class Body:
     signature: list[str]
     entries: list[tuple[int, list[str]]]  # statement index -> local names of its targets
     params: dict[str, str]  # parameter path relative to the instance -> builder parameter key
+    attributes: set[str] = field(default_factory=set)  # the names ``__init__`` assigns on self
 
 
 @dataclass
@@ -99,6 +94,7 @@ class Bodies:
             snake(s.module.replace(".", "_")) + "_" if s.module else "",
             f"{s.raw}." if s.raw else "",
         )
+        taken = set(d.attrs.taken)
         args, outs, head = self._inputs(d)
         units = self._units(d)
         done = self.sc.order(units)
@@ -107,7 +103,7 @@ class Bodies:
             self._unit(d, *units[k][0])
         d.lines.append([f"return {', '.join(self._returns(d, outs))}"])
         construct = [[f"def construct(self, {', '.join(args)}):"], *head, *d.lines]
-        s.body = Body(d.init, construct, signature(d.init + construct), d.entries, d.params)
+        s.body = Body(d.init, construct, signature(d.init + construct), d.entries, d.params, d.attrs.taken - taken)
 
     def _inputs(self, d: _Draft) -> tuple[list[str], list[str], list[list]]:
         """``construct``'s arguments, the variables it returns, and its first lines (the batch size)."""
@@ -156,7 +152,7 @@ class Bodies:
                 attr = d.attrs(name)
                 if attr != name:
                     self.renamed.append({"module": c.module, "why": "a second, different call", "attr": attr})
-                d.init.append([f"self.{attr} = ", *ctor])
+                d.init.append([f"self.{attr} = ", *owned(ctor, attr)])
                 made.setdefault(key, (attr, ctor, self.params_of(c, attr)))
                 d.params.update(self.params_of(c, attr))
             for unit, access in self.sc.expand(c, f"self.{attr}"):
@@ -276,7 +272,7 @@ class Bodies:
             if r in self.sc.layer_names and r not in d.attr_expr:
                 attr = d.attrs(self._layer_name(d, st.node) or snake(self.sc.layer_calls[r].callee.split(".")[-1]))
                 d.attr_expr[r] = f"self.{attr}"
-                d.init.append([f"self.{attr} = ", *call_pieces(self.sc.layer_calls[r])])
+                d.init.append([f"self.{attr} = ", *owned(call_pieces(self.sc.layer_calls[r]), attr)])
                 d.params.update({f"{attr}.{p}": f"{r}.{p}" for p in self.b.layer_params[r]})
             elif r in self.sc.tensor_names and r not in d.own_tensors:
                 self._tensor(d, r)
@@ -301,4 +297,7 @@ class Bodies:
             d.local[t] = d.names(base if len(st.targets) == 1 else f"{base}_{j}")
             targets.append(d.local[t])
         d.entries.append((i, targets))
-        d.lines.append(pieces(f"{', '.join(targets)} = {expr}"))
+        line = pieces(f"{', '.join(targets)} = {expr}")
+        if st.node.op_type in ("Div", "Mul"):  # a number an operand is divided or multiplied by
+            line = [Lit(p.text, "scale") if isinstance(p, Lit) and p.hint == "value" else p for p in line]
+        d.lines.append(line)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from torch2ms.codegen.pieces import ChildRef, Lit, Opt, named
+from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, named
 from torch2ms.graph.names import Namer, snake
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class Classes:
                 elif isinstance(p, Opt):
                     out += [q for q in p.value if isinstance(q, Lit)]
                 elif isinstance(p, ChildRef):
-                    out += [Lit(a, h) for a, h in zip(p.scope.args, p.scope.group.params)]
+                    out += [Lit(a, h, p.scope.attr) for a, h in zip(p.scope.args, p.scope.group.params)]
         return out
 
     def finish(self, g: Group) -> None:
@@ -82,7 +82,9 @@ class Classes:
         vectors = [self.literals(s) for s in g.instances]
         n = len(vectors[0])
         varying = [k for k in range(n) if len({v[k].text for v in vectors}) > 1]
-        namer = Namer({"self"})
+        # one namespace per class: a constructor argument is stored as ``self.<name>`` when
+        # construct reads it, so it takes no name of the class's own attributes or a Cell's
+        namer = Namer({"self", *CELL_NAMES, *g.instances[0].body.attributes})
         by_values: dict[tuple, list[tuple[str, str]]] = {}  # values -> [(kind, parameter)]
         for k in varying:
             hint = vectors[0][k].hint
@@ -95,7 +97,9 @@ class Classes:
             if same:
                 g.param_of[k] = same[0]
                 continue
-            name = namer(hint)
+            owner = vectors[0][k].owner
+            # a second out_channels is conv3_out_channels, not out_channels_1
+            name = namer(f"{owner}_{hint}" if owner and snake(hint) in namer.taken else hint)
             g.params.append(name)
             g.param_of[k] = name
             known.append((kind, name))
@@ -127,11 +131,11 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
                     attrs_needed.append(name)
                 out += p.text if name is None else (name if in_init else f"self.{name}")
                 k += 1
-            elif isinstance(p, ChildRef):
+            elif isinstance(p, ChildRef):  # by keyword: Bottleneck(in_channels=256, out_channels=64)
                 args = []
-                for a in p.scope.args:
+                for key, a in zip(p.scope.group.params, p.scope.args):
                     name = g.param_of.get(k) if g else None
-                    args.append(a if name is None else name)
+                    args.append(f"{key}={a if name is None else name}")
                     k += 1
                 out += f"{p.scope.group.name}({', '.join(args)})"
             else:

@@ -75,7 +75,8 @@ class ModuleLayout:
             doc = f"PyTorch {g.base}: {g.instances[0].module}" + (f" and {n - 1} more" if n > 1 else "")
             doc = f'    """{doc if len(doc) < 88 else f"PyTorch {g.base} ({n} instances)"}."""'
             body += [f"class {g.name}(nn.Cell):", doc, "", *g.lines, "", ""]
-        doc = f'    """Generated from {self.b.graph.name!r}; see the module docstring."""'
+        what = f"PyTorch {self.b.class_name}" if self.classes.classes else f"The ONNX graph {self.b.graph.name!r}"
+        doc = f'    """{what} as MindSpore cells; see the module docstring."""'
         body += [f"class {self.b.class_name}(nn.Cell):", doc, "", *class_lines(root, None), "", ""]
         return body
 

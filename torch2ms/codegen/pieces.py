@@ -61,6 +61,11 @@ ORDER = [
     "momentum", "eps", "activation", "ceil_mode",
 ]  # fmt: skip
 NAMED = {n for names in POSITIONAL.values() for n in names} | set(ORDER) - {"init"}
+# attribute names a MindSpore Cell uses itself
+CELL_NAMES = set(
+    "construct cells training phase parameters cls_name name compile run insert_child_to_cell update_parameters_name "
+    "param_prefix to_float set_train bprop cell_init_args parameter_layout_dict".split()
+)
 _SKIP = {tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT}
 
 
@@ -116,6 +121,16 @@ class Lit:
 
     text: str
     hint: str
+    owner: str = ""  # the attribute of the layer it is an argument of (conv3), to tell two hints apart
+
+
+def owned(line: list, owner: str) -> list:
+    """``line`` with its literals (those of its keywords too) marked as arguments of ``owner``."""
+    for p in line:
+        for q in p.value if isinstance(p, Opt) else [p]:
+            if isinstance(q, Lit):
+                q.owner = owner
+    return line
 
 
 @dataclass
