@@ -147,7 +147,10 @@ def test_repeated_blocks_sequential_and_modulelist(tmp_path):
     assert set(classes) == {"Block", "Net"}
     init = ast.unparse(classes["Block"].body[1])
     assert "def __init__(self, in_channels, out_channels, stride)" in init
-    assert "nn.SequentialCell([Block(8, 8, 1), Block(8, 16, 2), Block(16, 16, 1)])" in net.source
+    blocks = "Block(in_channels=8, out_channels=8, stride=1), Block(in_channels=8, out_channels=16, stride=2)"
+    assert f"nn.SequentialCell([{blocks}, Block(in_channels=16, out_channels=16, stride=1)])" in ast.unparse(
+        classes_of(net.source)["Net"]
+    )
     assert "self.heads = nn.CellList(" in net.source and "self.heads[1](" in net.source
     # PyTorch's paths: the parameters are named by the state_dict keys (Conv2dBnAct's inner names)
     names = {p.name for p in cell.get_parameters()}
@@ -170,7 +173,10 @@ def test_dynamo_export_gets_the_module_classes_from_its_metadata(tmp_path):
     that conv belongs to their parent, not to an attribute named after the BatchNorm."""
     net, cell = check(tmp_path, _randomize(Net()), (1, 3, 16, 16), dynamo=True)
     assert set(classes_of(net.source)) == {"Block", "Net"}
-    assert "nn.SequentialCell([Block(8, 8, 1), Block(8, 16, 2), Block(16, 16, 1)])" in net.source
+    blocks = "Block(in_channels=8, out_channels=8, stride=1), Block(in_channels=8, out_channels=16, stride=2)"
+    assert f"nn.SequentialCell([{blocks}, Block(in_channels=16, out_channels=16, stride=1)])" in ast.unparse(
+        classes_of(net.source)["Net"]
+    )
     names = {p.name for p in cell.get_parameters()}
     assert {"heads.0.weight", "heads.1.bias"} <= names, sorted(names)
     assert not [n for n in names if ".bn" in n], sorted(names)

@@ -1,7 +1,8 @@
 """Golden files of the generated ``network.py``, one per code style, on tiny models: the modules
-layout, the flat layout, a sequence-length profile (``seq`` and ``batch`` symbols in the sizes)
-and the generated ``Conv3dBnAct`` cell. A change to the generated code shows here as a diff to
-review; when it is intended, write the files again and review them:
+layout (as rebuilt, and folded with a block's optional child), the flat layout, a
+sequence-length profile (``seq`` and ``batch`` symbols in the sizes) and the generated
+``Conv3dBnAct`` cell. A change to the generated code shows here as a diff to review; when it is
+intended, write the files again and review them:
 
     TORCH2MS_GOLDEN=write .venv/bin/python -m pytest -q tests/codegen/test_golden_code.py
 
@@ -23,6 +24,7 @@ from test_module_layout import Net as NestedNet
 from torch import nn
 
 from codegen.generate import assigned_twice, generate
+from codegen.test_optional_child import TinyResNet
 from torch2ms.codegen.batch import BatchVariant
 from torch2ms.conversion import convert_graph
 from torch2ms.graph.load import graph_from_model
@@ -88,6 +90,7 @@ def sequence_profile_code() -> str:
 
 STYLES = {
     "modules": lambda: generate(NestedNet(), (1, 3, 16, 16)).source,
+    "modules_fold": lambda: generate(TinyResNet(), (1, 3, 16, 16), fold=True).source,
     "flat": lambda: generate(NestedNet(), (1, 3, 16, 16), layout="flat").source,
     "sequence_profile": sequence_profile_code,
     "conv3d_bn_act": lambda: generate(Video(), (1, 3, 4, 8, 8)).source,

@@ -7,14 +7,17 @@ from __future__ import annotations
 import re
 import tokenize
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from torch2ms.codegen.classes import Classes
 from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces, owned, pieces, rename, tokens
 from torch2ms.codegen.scopes import Scope, Scopes
 from torch2ms.converters.api import MS_DTYPES, literal
 from torch2ms.graph.names import Namer, snake
+
+if TYPE_CHECKING:
+    from torch2ms.codegen.classes import Classes
 
 
 @dataclass
@@ -59,8 +62,8 @@ def signature(lines: list[list]) -> list[str]:
                 out.append(f", {p.key}=" + "".join("#" if isinstance(q, Lit) else q for q in p.value))
             elif isinstance(p, Lit):
                 out.append("#")
-            elif isinstance(p, ChildRef):
-                out.append(f"<{p.scope.group.name}>")
+            elif isinstance(p, ChildRef):  # the class and the child's own code (with or without its optional child)
+                out += [f"<{p.scope.group.name}>", *p.scope.body.signature]
             else:
                 out.append(p)
     return out

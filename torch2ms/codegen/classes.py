@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from torch2ms.codegen import optional
 from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, named
 from torch2ms.graph.names import Namer, snake
 
@@ -22,10 +23,16 @@ class Group:
     base: str
     instances: list[Scope]
     key: tuple
+    optional: str | None = None  # the child some instances lack (``downsample``), a constructor argument
     params: list[str] = field(default_factory=list)
     varying: list[int] = field(default_factory=list)  # literal positions that are parameters
     param_of: dict[int, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+
+    @property
+    def rep(self) -> Scope:
+        """The instance whose code the class is written from: one with the optional child."""
+        return next((s for s in self.instances if s.optional is not None), self.instances[0])
 
 
 class Classes:
@@ -50,7 +57,7 @@ class Classes:
         """Put the rendered instance ``s`` in the class of its code, a new one if none has it."""
         base = self.base_name(s)
         key = (base, tuple(s.body.signature))
-        g = self.group_of.get(key)
+        g = self.group_of.get(key) or self._optional(base, s)
         if g is None:
             n = sum(1 for x in self.groups if x.base == base)
             name = base if n == 0 else f"{base}{n + 1}"
@@ -60,22 +67,35 @@ class Classes:
             g = Group(name, base, [], key)
             self.group_of[key] = g
             self.groups.append(g)
+        self.group_of[key] = g
         g.instances.append(s)
         s.group = g
+        if g.optional and g.optional in optional.children(s.body):
+            s.optional = optional.ctor(s, g.optional)
+
+    def _optional(self, base: str, s: Scope) -> Group | None:
+        """The class ``s`` joins as an instance with or without its optional child, if one."""
+        for g in self.groups:
+            if g.base != base:
+                continue
+            found = optional.match(g.rep, s, g.optional)
+            if found is None:
+                continue
+            attr, _ = found
+            if g.optional is None:  # the child becomes optional: the instances that have it pass it
+                g.optional = attr
+                for t in g.instances:
+                    if attr in optional.children(t.body):
+                        t.optional = optional.ctor(t, attr)
+            return g
+        return None
 
     # --- constructor arguments ---
     @staticmethod
     def literals(s: Scope) -> list[Lit]:
-        out = []
-        for line in s.body.init + s.body.construct:
-            for p in line:
-                if isinstance(p, Lit):
-                    out.append(p)
-                elif isinstance(p, Opt):
-                    out += [q for q in p.value if isinstance(q, Lit)]
-                elif isinstance(p, ChildRef):
-                    out += [Lit(a, h, p.scope.attr) for a, h in zip(p.scope.args, p.scope.group.params)]
-        return out
+        """The numbers and strings of ``s``'s code in order (its optional child's are the caller's)."""
+        skip = f"self.{s.group.optional} = " if s.group and s.group.optional else None
+        return line_literals([line for line in s.body.init if line[0] != skip] + s.body.construct)
 
     def finish(self, g: Group) -> None:
         """Name ``g``'s constructor arguments, give each instance its values, write its code."""
@@ -84,7 +104,7 @@ class Classes:
         varying = [k for k in range(n) if len({v[k].text for v in vectors}) > 1]
         # one namespace per class: a constructor argument is stored as ``self.<name>`` when
         # construct reads it, so it takes no name of the class's own attributes or a Cell's
-        namer = Namer({"self", *CELL_NAMES, *g.instances[0].body.attributes})
+        namer = Namer({"self", *CELL_NAMES, *g.rep.body.attributes})
         by_values: dict[tuple, list[tuple[str, str]]] = {}  # values -> [(kind, parameter)]
         for k in varying:
             hint = vectors[0][k].hint
@@ -108,7 +128,22 @@ class Classes:
             first.setdefault(g.param_of[k], k)
         for s, vec in zip(g.instances, vectors):
             s.args = [vec[first[p]].text for p in g.params]
-        g.lines = class_lines(g.instances[0], g)
+        g.lines = class_lines(g.rep, g)
+
+
+def line_literals(lines: list[list]) -> list[Lit]:
+    out = []
+    for line in lines:
+        for p in line:
+            if isinstance(p, Lit):
+                out.append(p)
+            elif isinstance(p, Opt):
+                out += [q for q in p.value if isinstance(q, Lit)]
+            elif isinstance(p, ChildRef):
+                out += [Lit(a, h, p.scope.attr) for a, h in zip(p.scope.args, p.scope.group.params)]
+                if p.scope.optional is not None:
+                    out += line_literals([p.scope.optional])
+    return out
 
 
 def class_lines(s: Scope, g: Group | None) -> list[str]:
@@ -137,16 +172,27 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
                     name = g.param_of.get(k) if g else None
                     args.append(f"{key}={a if name is None else name}")
                     k += 1
+                if p.scope.optional is not None:
+                    args.append(f"{p.scope.group.optional}={text(p.scope.optional, in_init)}")
                 out += f"{p.scope.group.name}({', '.join(args)})"
             else:
                 out += p
         return out.replace("(, ", "(")
 
-    init = [text(line, True) for line in s.body.init]
+    opt = g.optional if g else None
+    init = [f"self.{opt} = {opt}" if line[0] == f"self.{opt} = " else text(line, True) for line in s.body.init]
     construct = [text(line, False) for line in s.body.construct]
-    params = g.params if g else []
+    params = (g.params if g else []) + ([f"{opt}=None"] if opt else [])
+    if opt:
+        construct = optional_call(construct, optional.without(s.body, opt))
     out = [f"    def __init__(self{''.join(', ' + p for p in params)}):", "        super().__init__()"]
     out += [f"        self.{a} = {a}" for a in attrs_needed]
     out += [f"        {line}" for line in init]
     out += ["", f"    {construct[0]}"] + [f"        {line}" for line in construct[1:]]
     return out
+
+
+def optional_call(construct: list[str], w: optional.Without) -> list[str]:
+    """``construct`` with the optional child called only when it is there."""
+    lines = [f"{w.out} = {w.x}", f"if self.{w.attr} is not None:", f"    {w.out} = self.{w.attr}({w.x})"]
+    return construct[: w.call_line] + lines + construct[w.call_line + 1 :]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torch2ms.converters.api import literal
@@ -121,7 +121,8 @@ class Lit:
 
     text: str
     hint: str
-    owner: str = ""  # the attribute of the layer it is an argument of (conv3), to tell two hints apart
+    # the attribute of the layer it is an argument of (conv3), to tell two hints apart
+    owner: str = field(default="", compare=False)
 
 
 def owned(line: list, owner: str) -> list:

@@ -36,6 +36,7 @@ class Scope:
     body: Body | None = None
     group: Group | None = None
     args: list[str] = field(default_factory=list)  # constructor arguments (after grouping)
+    optional: list | None = None  # the pieces creating its class's optional child, when it has it
 
     @property
     def first(self) -> int:
