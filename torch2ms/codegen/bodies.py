@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from torch2ms.codegen.classes import Classes
 
 
+# a primitive created and called in one expression: ``ops.ResizeBilinearV2(align_corners=False)(``
+PRIMITIVE = re.compile(r"\bops\.([A-Z]\w*)\([^()]*\)\(")
+
+
 @dataclass
 class Body:
     """A class's code for one instance, before grouping: logical lines of pieces."""
@@ -48,6 +52,7 @@ class _Draft:
     params: dict[str, str] = field(default_factory=dict)
     attr_expr: dict[str, str] = field(default_factory=dict)  # builder layer attribute -> expression
     own_tensors: dict[str, str] = field(default_factory=dict)  # builder tensor attribute -> attribute
+    primitives: dict[str, str] = field(default_factory=dict)  # ``ops.Prim(...)`` -> attribute
 
     def renames(self) -> dict[str, str]:
         return {**self.attr_expr, **{t: f"self.{n}" for t, n in self.own_tensors.items()}}
@@ -213,6 +218,12 @@ class Bodies:
             out[-1] = ")]))"
             return out
         kids = {int(k.attr): k for k in c.children.values()}
+        if self.sc.chain(c) and len(kids) <= max(kids):  # numbers fused away: keys keep PyTorch's indices
+            out = ["nn.SequentialCell(OrderedDict(["]
+            for n, k in sorted(kids.items()):
+                out += [f'("{n}", ', *self.ctor(k), "), "]
+            out[-1] = ")]))"
+            return out
         out = ["nn.SequentialCell([" if self.sc.chain(c) else "nn.CellList(["]
         for n in range(max(kids) + 1):
             out += (self.ctor(kids[n]) if n in kids else ["nn.Identity()"]) + [", "]
@@ -280,10 +291,23 @@ class Bodies:
             elif r in self.sc.tensor_names and r not in d.own_tensors:
                 self._tensor(d, r)
 
+    def _primitives(self, d: _Draft, expr: str) -> str:
+        """``expr`` with each primitive it creates (``ops.ResizeBilinearV2(...)(x, size)``) made once,
+        in ``__init__``, as an attribute (one per primitive and arguments in the class)."""
+
+        def hoist(m: re.Match) -> str:
+            made = m[0][:-1]
+            if made not in d.primitives:
+                d.primitives[made] = attr = d.attrs(snake(m[1]).split("_")[0])  # ResizeBilinearV2: resize
+                d.init.append(pieces(f"self.{attr} = {made}"))
+            return f"self.{d.primitives[made]}("
+
+        return PRIMITIVE.sub(hoist, expr)
+
     def _statement(self, d: _Draft, i: int, hint: str | None) -> None:
         st = self.b.statements[i]
         self._references(d, i)
-        expr = rename(st.expr, d.local, d.renames())
+        expr = self._primitives(d, rename(st.expr, d.local, d.renames()))
         live = [t for t in st.targets if t != "_"]
         toks = tokens(expr)
         if len(live) == 1 and len(st.targets) == 1 and len(toks) == 1 and toks[0].type == tokenize.NAME:

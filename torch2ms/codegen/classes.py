@@ -56,6 +56,8 @@ class Classes:
     def add(self, s: Scope) -> None:
         """Put the rendered instance ``s`` in the class of its code, a new one if none has it."""
         base = self.base_name(s)
+        if any(isinstance(p, str) and f"nn.{base}(" in p for line in s.body.init for p in line):
+            base += "Block"  # a class around MindSpore's layer of the same name (a padded MaxPool2d)
         key = (base, tuple(s.body.signature))
         g = self.group_of.get(key) or self._optional(base, s)
         if g is None:
