@@ -59,13 +59,14 @@ def without(body: Body, attr: str) -> Without | None:
 
 def match(rep, s, optional: str | None) -> tuple[str, bool] | None:
     """(the optional child, whether ``s`` has it) when ``s`` is ``rep``'s code with or without one
-    child; ``optional``: the child already known optional for ``rep``'s class."""
+    child; ``optional``: the child already known optional for ``rep``'s class (some instance lacks
+    it). Instances that all have the child, built differently, stay classes of their own."""
     for attr in [optional] if optional else children(rep.body):
         w = without(rep.body, attr)
         if w is not None and w.signature == s.body.signature:
             return attr, False
-        ws = without(s.body, attr)
-        if ws is not None and w is not None and ws.signature == w.signature:
+        ws = without(s.body, attr)  # with the child, built otherwise: only once some instance lacks it
+        if optional and ws is not None and w is not None and ws.signature == w.signature:
             return attr, True
     if optional is None:
         for attr in children(s.body):
