@@ -4,11 +4,12 @@ constructor arguments (``Bottleneck(256, 64, 1)``)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torch2ms.codegen import optional
-from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, named
+from torch2ms.codegen.pieces import CELL_NAMES, ORDER, ChildRef, Lit, Opt, named
 from torch2ms.graph.names import Namer, snake
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ class Group:
     key: tuple
     optional: str | None = None  # the child some instances lack (``downsample``), a constructor argument
     params: list[str] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)  # argument -> the value most instances take
     varying: list[int] = field(default_factory=list)  # literal positions that are parameters
     param_of: dict[int, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
@@ -130,6 +132,11 @@ class Classes:
             first.setdefault(g.param_of[k], k)
         for s, vec in zip(g.instances, vectors):
             s.args = [vec[first[p]].text for p in g.params]
+        hints = {g.param_of[k]: vectors[0][k].hint for k in varying}
+        for j, p in enumerate(g.params):  # a layer keyword most instances give one value: its default (stride=1)
+            value, n = Counter(s.args[j] for s in g.instances).most_common(1)[0]
+            if hints[p] in ORDER and 2 * n > len(g.instances):
+                g.defaults[p] = value
         g.lines = class_lines(g.rep, g)
 
 
@@ -172,7 +179,8 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
                 args = []
                 for key, a in zip(p.scope.group.params, p.scope.args):
                     name = g.param_of.get(k) if g else None
-                    args.append(f"{key}={a if name is None else name}")
+                    if name is not None or p.scope.group.defaults.get(key) != a:
+                        args.append(f"{key}={a if name is None else name}")
                     k += 1
                 if p.scope.optional is not None:
                     args.append(f"{p.scope.group.optional}={text(p.scope.optional, in_init)}")
@@ -184,7 +192,9 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
     opt = g.optional if g else None
     init = [f"self.{opt} = {opt}" if line[0] == f"self.{opt} = " else text(line, True) for line in s.body.init]
     construct = [text(line, False) for line in s.body.construct]
-    params = (g.params if g else []) + ([f"{opt}=None"] if opt else [])
+    params = [p for p in g.params if p not in g.defaults] if g else []
+    params += [f"{p}={g.defaults[p]}" for p in g.params if p in g.defaults] if g else []
+    params += [f"{opt}=None"] if opt else []
     if opt:
         construct = optional_call(construct, optional.without(s.body, opt))
     out = [f"    def __init__(self{''.join(', ' + p for p in params)}):", "        super().__init__()"]

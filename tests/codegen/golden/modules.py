@@ -20,7 +20,7 @@ INPUT_SHAPES = {"x": (1, 3, 16, 16)}
 class Block(nn.Cell):
     """PyTorch Block: stages.0 and 2 more."""
 
-    def __init__(self, in_channels, out_channels, stride):
+    def __init__(self, in_channels, out_channels, stride=1):
         super().__init__()
         self.conv1 = nn.Conv2dBnAct(
             in_channels,
@@ -73,9 +73,9 @@ class Net(nn.Cell):
         )
         self.stages = nn.SequentialCell(
             [
-                Block(in_channels=8, out_channels=8, stride=1),
+                Block(in_channels=8, out_channels=8),
                 Block(in_channels=8, out_channels=16, stride=2),
-                Block(in_channels=16, out_channels=16, stride=1),
+                Block(in_channels=16, out_channels=16),
             ]
         )
         self.heads = nn.CellList(
