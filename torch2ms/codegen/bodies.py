@@ -14,7 +14,7 @@ import numpy as np
 from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces, owned, pieces, rename, tokens
 from torch2ms.codegen.scopes import Scope, Scopes
 from torch2ms.converters.api import MS_DTYPES, literal
-from torch2ms.graph.names import Namer, snake
+from torch2ms.graph.names import SHADOWABLE, Namer, snake
 
 if TYPE_CHECKING:
     from torch2ms.codegen.classes import Classes
@@ -119,8 +119,8 @@ class Bodies:
         root = s.parent is None
         if root:
             ins, outs = [b.var_of[n] for n in b.graph.inputs], []
-            for v in ins:
-                d.local[v] = d.names(v)
+            for v in ins:  # the recipe's input names (``input``, as PyTorch's forward calls it)
+                d.local[v] = d.names.keep(v) if v in SHADOWABLE else d.names(v)
         else:
             ins, outs = self.sc.interface(s.members)
             for k, v in enumerate(ins):

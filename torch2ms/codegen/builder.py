@@ -26,12 +26,9 @@ from torch2ms.codegen.linemap import assign_lines
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
-from torch2ms.graph.names import Namer, module_path, snake
+from torch2ms.graph.names import SHADOWABLE, Namer, module_path, snake
 
 WIDTH = 100
-# builtins an input may be called after, as PyTorch's own ``forward(self, input)``: the generated
-# code never calls them
-SHADOWABLE = {"input"}
 
 
 @dataclass

@@ -57,14 +57,14 @@ class Classes:
 
     def add(self, s: Scope) -> None:
         """Put the rendered instance ``s`` in the class of its code, a new one if none has it."""
-        base = self.base_name(s)
+        base = stem = self.base_name(s)
         if any(isinstance(p, str) and f"nn.{base}(" in p for line in s.body.init for p in line):
-            base += "Block"  # a class around MindSpore's layer of the same name (a padded MaxPool2d)
+            stem += "Block"  # a class around MindSpore's layer of the same name (a padded MaxPool2d)
         key = (base, tuple(s.body.signature))
         g = self.group_of.get(key) or self._optional(base, s)
         if g is None:
             n = sum(1 for x in self.groups if x.base == base)
-            name = base if n == 0 else f"{base}{n + 1}"
+            name = stem if n == 0 else f"{stem}{n + 1}"
             while name in self.names:
                 name += "_"
             self.names.add(name)

@@ -12,6 +12,9 @@ import builtins
 import keyword
 import re
 
+# builtins a graph input may keep as its name, as PyTorch's own ``forward(self, input)``: the
+# generated code never calls them
+SHADOWABLE = {"input"}
 _RESERVED = set(keyword.kwlist) | set(dir(builtins)) | {"self", "ms", "nn", "ops", "np", "Parameter", "initializer"}
 
 
