@@ -95,7 +95,7 @@ def test_generated_code_has_no_batch_literal(batch_bundle):
     for stage in ("rebuild", "fold"):
         src = (result.root / stage / "network.py").read_text()
         construct = src.split("def construct")[-1]  # the network's class is the last
-        assert "batch = input_.shape[0]" in construct
+        assert "batch = input.shape[0]" in construct  # the recipe input's own name
         # the classifier's flatten: written (1, 8) before; the batch comes from the input now
         assert "ops.reshape(global_average_pool, (batch, 8))" in construct
         assert not re.search(r"ops\.(reshape|broadcast_to|zeros|full)\([^\n]*\(1, ", construct), construct

@@ -163,16 +163,17 @@ def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
     graph = ctx.onnx_graph(onnx_path)
     fired = run_passes(graph, passes)
     batch, note = batch_variant(ctx, onnx_path, graph, passes)
+    record = module_record(ctx)
     net = convert_graph(
         graph,
-        class_name_for(ctx.recipe.name),
+        record.get("root") or class_name_for(ctx.recipe.name),  # the PyTorch class, as mindcv names its networks
         "model.onnx",
         sha or sha256_file(onnx_path),
         ctx.recipe.name,
         batch,
         batch_required=ctx.recipe.batch_sizes() is not None or ctx.recipe.sequence_lengths() is not None,
         layout=ctx.recipe.rebuild.layout,
-        modules=module_record(ctx).get("modules", {}),
+        modules=record.get("modules", {}),
     )
     return graph, fired, net, note
 

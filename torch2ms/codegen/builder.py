@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +20,13 @@ import numpy as np
 
 from torch2ms import __version__
 from torch2ms.codegen.batch import BatchDependent, BatchVariant, Recorder, Replay, merge_all, resolve_tensors
+from torch2ms.codegen.format import format_source
 from torch2ms.codegen.generated import GeneratedNetwork, build_function
+from torch2ms.codegen.linemap import assign_lines
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
-from torch2ms.graph.names import Namer, module_path, snake
+from torch2ms.graph.names import SHADOWABLE, Namer, module_path, snake
 
 WIDTH = 100
 
@@ -80,7 +83,7 @@ class CodeBuilder:
         self.var_of: dict[str, str] = {}
         self.definitions: dict[str, str] = {}  # module-level helpers (Emitter.define), in order
         for name in graph.inputs:
-            self.var_of[name] = self.var_names(name)
+            self.var_of[name] = self.var_names.keep(name) if name in SHADOWABLE else self.var_names(name)
         self.batch_var = self.var_names("batch") if batch is not None else None
         self.seq_var = self.var_names("seq") if batch is not None and batch.seq is not None else None
         self.seq_used = False
@@ -226,13 +229,20 @@ class CodeBuilder:
                 return net
         return self.render(header)
 
+    def _mindspore_names(self) -> list[str]:
+        """The names the flat code takes from ``mindspore`` (an unused import is a lint error)."""
+        code = [st.expr for st in self.statements] + list(self.definitions.values())
+        code += [" ".join([call.callee, *call.parts()]) for _, call in self.layers]
+        ops = any(re.search(r"\bops\.", c) for c in code)
+        return [*(["Parameter"] if self.tensors else []), "nn", *(["ops"] if ops else [])]
+
     def render(self, header: str) -> GeneratedNetwork:
         # one element per line: tensor_map records len(out) as each statement's line number
         out = [
             *header.rstrip().splitlines(),
             *(["import os", ""] if self.params else []),
             "import mindspore as ms",
-            "from mindspore import Parameter, nn, ops",
+            f"from mindspore import {', '.join(self._mindspore_names())}",
         ]
         if self.tensors:
             out.append("from mindspore.common.initializer import initializer")
@@ -247,7 +257,7 @@ class CodeBuilder:
             out += [*source.strip("\n").splitlines(), "", ""]
         out += [
             f"class {self.class_name}(nn.Cell):",
-            f'    """Generated from {self.graph.name!r}; see the module docstring."""',
+            f'    """The ONNX graph {self.graph.name!r} as one MindSpore cell; see the module docstring."""',
             "",
         ]
         out += ["    def __init__(self):", "        super().__init__()"]
@@ -288,9 +298,12 @@ class CodeBuilder:
         for _, call in self.layers:
             counts[call.callee] = counts.get(call.callee, 0) + 1
         source = self.batch.source if self.batch_used else None
-        net = GeneratedNetwork(
-            "\n".join(out), self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source
-        )
+        text, formatter = format_source("\n".join(out))
+        if formatter:  # each statement at its line of the formatted file
+            lines = assign_lines(text)
+            for e in tensor_map:
+                e["line"] = lines.get((self.class_name, e["var"]), e["line"])
+        net = GeneratedNetwork(text, self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source)
         net.param_origin = self.param_origin
         return net
 
@@ -309,6 +322,7 @@ def header_for(class_name: str, source: str, sha256: str, opset: int, recipe: st
         "Weights: network.ckpt beside this file; `build()` returns the network ready for inference.",
     ]
     if notes:
-        lines += ["", "Conventions:"] + [f"- {n}" for n in notes]
+        lines += ["", "Conventions:"]  # wrapped at the generated file's line length
+        lines += [textwrap.fill(n, 100, initial_indent="- ", subsequent_indent="  ") for n in notes]
     lines.append('"""')
     return "\n".join(lines)

@@ -28,7 +28,7 @@ def build_function(class_name: str, has_params: bool) -> list[str]:
     out = [f"def build(checkpoint: str | None = None) -> {class_name}:"]
     if has_params:
         out += [
-            '    """The network in inference mode, with weights from `checkpoint` (default: network.ckpt here)."""',
+            '    """The network in inference mode, weights from `checkpoint` (default: network.ckpt here)."""',
             f"    net = {class_name}()",
             '    path = checkpoint or os.path.join(os.path.dirname(os.path.abspath(__file__)), "network.ckpt")',
             "    missing, _ = ms.load_param_into_net(net, ms.load_checkpoint(path), strict_load=True)",

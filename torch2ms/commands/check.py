@@ -59,6 +59,21 @@ def _export_for(recipe_path: Path, out: Path | None):
     return runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold
 
 
+def _check_options(model: Path | None, recipe: Path | None, target: str | None, precision: str) -> None:
+    """Refuse an unknown --target or --precision, and neither or both of an ONNX file and --recipe."""
+    if target is not None and target not in ASCEND_TARGETS:
+        raise Torch2msError(
+            f"--target {target!r} is not a chip torch2ms can place ops on", hint=", ".join(ASCEND_TARGETS)
+        )
+    if precision not in PRECISIONS:
+        raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if (model is None) == (recipe is None):
+        raise Torch2msError(
+            "give an ONNX file or --recipe, not both" if model else "nothing to check",
+            hint="torch2ms check model.onnx  or  torch2ms check --recipe recipe.yaml",
+        )
+
+
 @app.command()
 def check(
     model: Path | None = typer.Argument(None, help="an ONNX file (or give --recipe)"),
@@ -92,17 +107,7 @@ def check(
     from torch2ms.converters.registry import format_problems
     from torch2ms.graph import load_onnx
 
-    if target is not None and target not in ASCEND_TARGETS:
-        raise Torch2msError(
-            f"--target {target!r} is not a chip torch2ms can place ops on", hint=", ".join(ASCEND_TARGETS)
-        )
-    if precision not in PRECISIONS:
-        raise Torch2msError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if (model is None) == (recipe is None):
-        raise Torch2msError(
-            "give an ONNX file or --recipe, not both" if model else "nothing to check",
-            hint="torch2ms check model.onnx  or  torch2ms check --recipe recipe.yaml",
-        )
+    _check_options(model, recipe, target, precision)
     if recipe is not None:
         if shape:
             raise Torch2msError("--shape is for an ONNX file; with --recipe the shapes are the recipe's inputs[].shape")

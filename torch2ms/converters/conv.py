@@ -185,7 +185,7 @@ def deform_conv(em, *, dilations=None, group=1, kernel_shape=None, offset_group=
 # arguments and parameter names (conv.*, batchnorm.*, activation.*).
 _CONV3D_BN_ACT = '''
 class Conv3dBnAct(nn.Cell):
-    """nn.Conv2dBnAct one dimension up: nn.Conv3d, then nn.BatchNorm3d (has_bn), then the activation."""
+    """nn.Conv2dBnAct in 3-D: nn.Conv3d, then nn.BatchNorm3d (has_bn), then the activation."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
                  group=1, has_bias=False, has_bn=False, momentum=0.997, eps=1e-5, activation=None, alpha=0.2):

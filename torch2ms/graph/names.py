@@ -12,6 +12,9 @@ import builtins
 import keyword
 import re
 
+# builtins a graph input may keep as its name, as PyTorch's own ``forward(self, input)``: the
+# generated code never calls them
+SHADOWABLE = {"input"}
 _RESERVED = set(keyword.kwlist) | set(dir(builtins)) | {"self", "ms", "nn", "ops", "np", "Parameter", "initializer"}
 
 
@@ -43,6 +46,14 @@ class Namer:
 
     def __init__(self, reserved: set[str] | None = None):
         self.taken = set(_RESERVED) | (reserved or set())
+
+    def keep(self, name: str) -> str:
+        """``name`` itself, though it is a builtin (a method argument called ``input``); the
+        numbered name when it is taken."""
+        if name in self.taken - set(dir(builtins)) or not name.isidentifier() or keyword.iskeyword(name):
+            return self(name)
+        self.taken.add(name)
+        return name
 
     def __call__(self, hint: str) -> str:
         base = snake(hint)
