@@ -51,7 +51,7 @@ def test_invalid_fields_are_named(path, value, expect, tmp_path):
     assert str(err.value).startswith("r.yaml: invalid recipe")
 
 
-@pytest.mark.parametrize("shape", [[1, 3, 0, 8], [1, -3, 8, 8], []])
+@pytest.mark.parametrize("shape", [[1, 3, 0, 8], [1, -3, 8, 8]])  # [] is a scalar: tests/test_scalar_inputs.py
 def test_bad_shapes_are_rejected(shape, tmp_path):
     with pytest.raises(RecipeError, match=r"inputs\.0\.shape"):
         parse_recipe(_with("inputs", [{"name": "input", "shape": shape}]), "r.yaml", tmp_path)

@@ -32,12 +32,22 @@ def _module_of(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Every torch2ms module -> the torch2ms modules it imports, at module level or inside a function."""
+    """Every torch2ms module -> the torch2ms modules it imports, at module level or inside a function.
+    An import under ``if TYPE_CHECKING:`` is left out: it never runs, it only names a type."""
     modules = {_module_of(p): p for p in PACKAGE.rglob("*.py") if "templates" not in p.parts}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for n in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,10 +15,6 @@ from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces,
 from torch2ms.codegen.scopes import Scope, Scopes
 from torch2ms.converters.api import MS_DTYPES, literal
 from torch2ms.graph.names import SHADOWABLE, Namer, snake
-
-if TYPE_CHECKING:
-    from torch2ms.codegen.classes import Classes
-
 
 # a primitive created and called in one expression: ``ops.ResizeBilinearV2(align_corners=False)(``
 PRIMITIVE = re.compile(r"\bops\.([A-Z]\w*)\([^()]*\)\(")
@@ -77,16 +73,16 @@ def signature(lines: list[list]) -> list[str]:
 class Bodies:
     """Writes ``Scope.body`` for every class scope, children first, and groups them into classes."""
 
-    def __init__(self, scopes: Scopes, classes: Classes):
+    def __init__(self, scopes: Scopes, add_class: Callable[[Scope], None]):
         self.sc = scopes
         self.b = scopes.b
-        self.classes = classes
+        self.add_class = add_class  # groups a rendered class scope with the instances that share its code
         self.renamed: list[dict] = []
 
     def render_tree(self, c: Scope) -> None:
         if c.kind == "class":
             self.render(c)
-            self.classes.add(c)
+            self.add_class(c)
         else:
             for k in c.children.values():
                 self.render_tree(k)

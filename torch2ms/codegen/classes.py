@@ -5,36 +5,11 @@ constructor arguments (``Bottleneck(256, 64, 1)``)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from torch2ms.codegen import optional
+import torch2ms.codegen.optional as optional
 from torch2ms.codegen.pieces import CELL_NAMES, ORDER, ChildRef, Lit, Opt, named
+from torch2ms.codegen.scopes import Group, Scope
 from torch2ms.graph.names import Namer, snake
-
-if TYPE_CHECKING:
-    from torch2ms.codegen.scopes import Scope
-
-
-@dataclass
-class Group:
-    """One generated class: the instances that share its code, and its constructor arguments."""
-
-    name: str
-    base: str
-    instances: list[Scope]
-    key: tuple
-    optional: str | None = None  # the child some instances lack (``downsample``), a constructor argument
-    params: list[str] = field(default_factory=list)
-    defaults: dict[str, str] = field(default_factory=dict)  # argument -> the value most instances take
-    varying: list[int] = field(default_factory=list)  # literal positions that are parameters
-    param_of: dict[int, str] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def rep(self) -> Scope:
-        """The instance whose code the class is written from: one with the optional child."""
-        return next((s for s in self.instances if s.optional is not None), self.instances[0])
 
 
 class Classes:

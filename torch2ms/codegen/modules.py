@@ -42,7 +42,7 @@ class ModuleLayout:
         self.b = builder
         self.scopes = Scopes(builder, classes)
         self.classes = Classes(classes, {builder.class_name, *builder.definitions})
-        self.bodies = Bodies(self.scopes, self.classes)
+        self.bodies = Bodies(self.scopes, self.classes.add)
 
     def render_file(self, header: str) -> GeneratedNetwork:
         root = self.scopes.tree()

@@ -18,7 +18,6 @@ from torch2ms.graph.names import module_path
 
 if TYPE_CHECKING:
     from torch2ms.codegen.bodies import Body
-    from torch2ms.codegen.classes import Group
 
 
 @dataclass(eq=False)
@@ -314,3 +313,24 @@ class Scopes:
                 return False
             prev = co[0]
         return prev == outs[0]
+
+
+@dataclass
+class Group:
+    """One generated class: the instances that share its code, and its constructor arguments."""
+
+    name: str
+    base: str
+    instances: list[Scope]
+    key: tuple
+    optional: str | None = None  # the child some instances lack (``downsample``), a constructor argument
+    params: list[str] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)  # argument -> the value most instances take
+    varying: list[int] = field(default_factory=list)  # literal positions that are parameters
+    param_of: dict[int, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def rep(self) -> Scope:
+        """The instance whose code the class is written from: one with the optional child."""
+        return next((s for s in self.instances if s.optional is not None), self.instances[0])

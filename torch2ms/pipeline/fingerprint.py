@@ -40,7 +40,7 @@ CONVERSION_CODE = (
     "passes",
     "pipeline",  # the runner and the check (diff's replay can accept accumulated rounding)
     "postprocess",  # the detection task's check
-    "recipe.py",
+    "recipe",
     "runtime",  # building, running and timing the generated networks; the MindIR layout
     "samples.py",
     "stages",
