@@ -6,6 +6,7 @@ that does not compile, one whose declared output shape is wrong, one that crashe
 from __future__ import annotations
 
 import json
+import sys
 import tarfile
 import textwrap
 import uuid
@@ -108,6 +109,27 @@ def make_case(
 @pytest.fixture(autouse=True)
 def _kernel_cache(tmp_path, monkeypatch, wide_console):
     monkeypatch.setenv("TORCH2MS_KERNEL_CACHE", str(tmp_path / "kernel-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Each test's plugins leave the process's registry as they found it: the per-op tests that run
+    later in the same worker must convert with the built-in converters (a plugin replacing Conv
+    would otherwise take their depthwise cases)."""
+    from torch2ms.converters.api import REGISTRY
+    from torch2ms.converters.registry import registrations
+    from torch2ms.custom import plugins
+
+    registrations()  # the built-in converters are in the snapshot
+    saved = {k: list(v) for k, v in REGISTRY.items()}
+    loaded = dict(plugins.LOADED)
+    yield
+    for name in set(plugins.LOADED) - set(loaded):
+        sys.modules.pop(name, None)  # imported again, registering again, by the next test that names it
+    REGISTRY.clear()
+    REGISTRY.update(saved)
+    plugins.LOADED.clear()
+    plugins.LOADED.update(loaded)
 
 
 def _runner(recipe_path: Path, **kw):

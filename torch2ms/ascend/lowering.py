@@ -361,6 +361,9 @@ LOWERING: dict[str, Lowering] = {
 
 # Names in converter sources that are not calls emitted into a network.
 NOT_EMITTED = frozenset({"nn.Cell", "nn.functional"})
+# Calls placed by what the converter plugin gives, not by this table: a user's kernel runs on the AI Core
+# when the plugin gives its Ascend implementation, and nowhere otherwise (ascend/placement.py).
+PLACED_BY_PLUGIN = frozenset({"ops.Custom"})
 
 
 def lower(name: str, site: Site) -> tuple[str, ...] | None:

@@ -48,7 +48,7 @@ class _Draft:
     params: dict[str, str] = field(default_factory=dict)
     attr_expr: dict[str, str] = field(default_factory=dict)  # builder layer attribute -> expression
     own_tensors: dict[str, str] = field(default_factory=dict)  # builder tensor attribute -> attribute
-    primitives: dict[str, str] = field(default_factory=dict)  # ``ops.Prim(...)`` -> attribute
+    primitives: dict[str, str] = field(default_factory=dict)  # a primitive built once -> its attribute
 
     def renames(self) -> dict[str, str]:
         return {**self.attr_expr, **{t: f"self.{n}" for t, n in self.own_tensors.items()}}

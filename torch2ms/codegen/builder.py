@@ -234,7 +234,8 @@ class CodeBuilder:
         code = [st.expr for st in self.statements] + list(self.definitions.values())
         code += [" ".join([call.callee, *call.parts()]) for _, call in self.layers]
         ops = any(re.search(r"\bops\.", c) for c in code)
-        return [*(["Parameter"] if self.tensors else []), "nn", *(["ops"] if ops else [])]
+        parameter = bool(self.tensors) or any(re.search(r"\bParameter\(", c) for c in code)
+        return [*(["Parameter"] if parameter else []), "nn", *(["ops"] if ops else [])]
 
     def render(self, header: str) -> GeneratedNetwork:
         # one element per line: tensor_map records len(out) as each statement's line number
