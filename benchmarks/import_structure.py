@@ -5,8 +5,9 @@ Usage: ``.venv/bin/python benchmarks/import_structure.py``
 
 Reads the source with ``ast`` (nothing is imported). Every ``import torch2ms.x`` / ``from
 torch2ms.x import y`` counts, at module level or inside a function; ``inside`` counts the latter.
-A module belongs to the layer of its top-level name (``torch2ms.pipeline.runner`` -> pipeline);
-``LAYERS`` lists them bottom-up, so an import from a layer into a lower-indexed one is "up".
+Imports under ``if TYPE_CHECKING:`` never run and are left out. A module belongs to the layer of
+its top-level name (``torch2ms.pipeline.runner`` -> pipeline); ``LAYERS`` lists them bottom-up, so
+an import from a layer into a lower-indexed one is "up".
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ LAYERS = [
     ("runtime", {"runtime"}),
     ("pipeline", {"pipeline"}),  # the stage machinery: depends on nothing that converts
     ("graph", {"graph"}),
-    ("converters", {"converters"}),
+    ("converters", {"converters", "custom"}),
     ("passes", {"passes"}),
     ("codegen", {"codegen", "conversion"}),
     ("ascend", {"ascend"}),
@@ -60,6 +61,8 @@ def imports_of(path: Path, package: str) -> list[tuple[str, bool]]:
 
     def visit(node, inside: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                continue  # names a type only; never runs
             nested = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 found.extend((a.name, inside) for a in child.names if a.name.startswith("torch2ms"))
