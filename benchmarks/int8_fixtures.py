@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/int8_fixtures.py [--out runs/int8_fixtures] [--only ppocr_rec,mtcnn_onet]
         [--md benchmarks/results/int8_fixtures_tasks.md]
-    PYTHONPATH=. python benchmarks/int8_fixtures.py --task-gate-only ppocr_det [--runs runs]
+    PYTHONPATH=. python benchmarks/int8_fixtures.py --replan ppocr_det [--int8-rel-error 10] [--runs runs]
 
 The committed recipes' samples are whole photos: a 48x320 squeeze of skimage's page holds no text
 line the recogniser reads, and R-/O-Net see whole photos, not face crops. Here each recipe is run
@@ -17,9 +17,9 @@ recipe is otherwise unchanged (its calibration photos included):
 Each run is ``package --precision int8`` (``build_bundle``) then ``verify``; the table gives the
 plan's Cube layers in INT8 and its task agreement with the reference, all-INT8 and with the plan.
 
-``--task-gate-only R`` plans again from R's existing run (``torch2ms package`` done) with the tensor
-bound out of the way (``precision.int8_rel_error`` 10, its largest value), so only the task gate
-decides; the run's own plan file is left as it is.
+``--replan R`` plans again from R's existing run (``torch2ms package`` done), with
+``--int8-rel-error`` in place of the recipe's ``precision.int8_rel_error`` when given (10, its
+largest value, leaves only the task gate deciding); the run's own plan file is left as it is.
 """
 
 from __future__ import annotations
@@ -109,14 +109,16 @@ def run_one(name: str, out: Path) -> dict:
     }
 
 
-def task_gate_plan(name: str, runs: Path) -> dict:
+def replan(name: str, runs: Path, rel_error: float | None) -> dict:
     from torch2ms.package import int8
     from torch2ms.pipeline.workspace import load_npz, split_reference
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import writer_of
 
     recipe = load_recipe(Path("recipes") / f"{name}.yaml")
-    recipe = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"int8_rel_error": 10.0})})
+    if rel_error is not None:
+        gate = recipe.precision.model_copy(update={"int8_rel_error": rel_error})
+        recipe = recipe.model_copy(update={"precision": gate})
     onnx_path, ref = (runs / name / writer_of(f, recipe) / f for f in ("model.onnx", "reference.npz"))
     inputs, reference = split_reference(load_npz(ref))
     calib, _ = int8.calibration_samples(recipe)
@@ -160,11 +162,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/int8_fixtures"))
     ap.add_argument("--only", default=",".join(RECIPES))
     ap.add_argument("--md", type=Path, default=None)
-    ap.add_argument("--task-gate-only", default=None, help="a recipe whose run exists: plan on the task gate alone")
+    ap.add_argument("--replan", default=None, help="a recipe whose run exists: its INT8 plan again")
+    ap.add_argument("--int8-rel-error", type=float, default=None, help="with --replan: the tensor bound")
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     args = ap.parse_args()
-    if args.task_gate_only:
-        rows = [task_gate_plan(args.task_gate_only, args.runs)]
+    if args.replan:
+        rows = [replan(args.replan, args.runs, args.int8_rel_error)]
     else:
         rows = [run_one(name, args.out) for name in args.only.split(",")]
     print(json.dumps(rows, indent=2))

@@ -35,7 +35,8 @@ def test_text_boxes_are_the_ones_rapidocr_finds(engine):
     from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 
     prob = page_det_map(engine)
-    theirs, _ = DBPostProcess(thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6)(prob, (192, 448))
+    post = DBPostProcess(thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, use_dilation=True)
+    theirs, _ = post(prob, (192, 448))  # rapidocr's config.yaml settings
     ours = text_boxes(prob[0, 0])
     assert len(theirs) >= 5 and len(ours) == len(theirs)
     for quad in theirs:  # each rapidocr box's centre lies in exactly one of ours

@@ -2,13 +2,14 @@
 
 * ``text_detection``: the first output is a DB probability map ``(batch, 1, H, W)``. Both maps go
   through the same box extraction, the DB post-processing's first steps (Liao et al., "Real-time
-  Scene Text Detection with Differentiable Binarization"; rapidocr's ``DBPostProcess`` defaults,
-  no dilation): each contour of the map above ``BINARY``, its minimum-area rectangle a text box when
-  its short side is at least ``MIN_SIDE`` pixels and the mean probability inside it ``BOX_SCORE``
-  (compared as axis-aligned boxes; no unclip, which would scale both sides' boxes alike). The
-  reference's boxes are matched greedily, best IoU first, to the stage's; **agreement** (gated) =
-  matched at IoU >= ``MATCH_IOU`` / (reference boxes + unmatched stage boxes), 1 when neither side
-  finds text. The figures give the smallest and the mean IoU of the matched boxes.
+  Scene Text Detection with Differentiable Binarization"; rapidocr's ``DBPostProcess`` as its
+  config.yaml sets it): each contour of the map above ``BINARY`` (dilated by ``DILATION``), its
+  minimum-area rectangle a text box when its short side is at least ``MIN_SIDE`` pixels and the
+  mean probability inside it ``BOX_SCORE`` (compared as axis-aligned boxes; no unclip, which would
+  scale both sides' boxes alike). The reference's boxes are matched greedily, best IoU first, to
+  the stage's; **agreement** (gated) = matched at IoU >= ``MATCH_IOU`` / (reference boxes +
+  unmatched stage boxes), 1 when neither side finds text. The figures give the smallest and the
+  mean IoU of the matched boxes.
 * ``text_recognition``: the first output holds per time step the character scores ``(batch, T,
   classes)`` of a CTC recogniser. Each row is decoded greedily (argmax per step, repeats merged,
   class 0 the blank, as PP-OCR's ``CTCLabelDecode``); **agreement** (gated) = the share of rows
@@ -28,6 +29,7 @@ from torch2ms.tasks import Task, TaskResult, limited_notes, task
 BINARY = 0.3  # DB's binarisation threshold (rapidocr DBPostProcess thresh)
 BOX_SCORE = 0.5  # a region's mean probability to count as text (box_thresh)
 MIN_SIDE = 3  # a box's short side in pixels (DBPostProcess min_size)
+DILATION = (2, 2)  # the binary map dilated first (rapidocr's config.yaml: Det use_dilation true)
 MATCH_IOU = 0.5
 
 
@@ -36,8 +38,8 @@ def _first(reference) -> str:
 
 
 def text_boxes(prob: np.ndarray) -> np.ndarray:
-    """The text boxes ``[x0, y0, x1, y1]`` (pixels) of one ``(H, W)`` DB map: each outer contour of the
-    map above ``BINARY``, its minimum-area rectangle kept when its short side reaches ``MIN_SIDE`` and
+    """The text boxes ``[x0, y0, x1, y1]`` (pixels) of one ``(H, W)`` DB map: each contour of the
+    map above ``BINARY``, dilated, its minimum-area rectangle kept when its short side reaches ``MIN_SIDE`` and
     the mean probability inside it ``BOX_SCORE``, as the rectangle's axis-aligned extent."""
     try:
         import cv2
@@ -46,7 +48,7 @@ def text_boxes(prob: np.ndarray) -> np.ndarray:
             "task: text_detection needs OpenCV for the DB boxes", hint="pip install 'opencv-python<4.12'"
         ) from e
 
-    binary = (prob > BINARY).astype(np.uint8)
+    binary = cv2.dilate((prob > BINARY).astype(np.uint8), np.ones(DILATION, np.uint8))
     contours, _ = cv2.findContours(binary, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
     boxes = []
     for contour in contours:
