@@ -77,6 +77,7 @@ def test_recognised_text_is_rapidocrs_and_one_character_changes_it(engine):
 
 
 def test_pnet_candidates_are_facenets_boxes():
+    pytest.importorskip("facenet_pytorch")
     import skimage.data
     import torch
     from facenet_pytorch.models.mtcnn import PNet
