@@ -8,7 +8,8 @@ symbolic dimension takes the recipe's size). onnxruntime's outputs on the seeded
 the reference every later stage is checked against, in place of PyTorch's; the stage records
 what the export stage records (ONNX op counts, BatchNorm nodes kept), with ``export_path``
 ``{"exporter": "onnx file", "opset": ...}``. The model, external data included, is written as one
-``model.onnx``.
+``model.onnx``, its open dimensions made the recipe's (``export.onnx_shapes``, listed in the
+stage's ``extra.dimensions_fixed``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def import_onnx(ctx, out: Path) -> StageOutput:
     under the reference policy (``graph.onnxrt.run_reference``), recorded as the export stage's."""
     import onnx
 
+    from torch2ms.export.onnx_shapes import fix_dimensions
     from torch2ms.graph.onnxrt import run_reference
     from torch2ms.graph.validate import model_opset
     from torch2ms.samples import batch_samples, sample_inputs
@@ -152,6 +154,9 @@ def import_onnx(ctx, out: Path) -> StageOutput:
         out / "reference.npz",
         {**pack_reference(samples, outputs), **pack_batches({n: (extra_in[n], extra_out[n]) for n in extra_in})},
     )
+    fixed = fix_dimensions(model, recipe, outputs[0])
+    if fixed:  # the shapes the run checked, declared (export.onnx_shapes)
+        onnx.save(model, str(onnx_path))
     ctx.cache["reference"] = (samples, outputs)
     ctx.cache["batch_reference"] = {n: (extra_in[n], extra_out[n]) for n in sorted(extra_in)}
     counts = {
@@ -161,4 +166,6 @@ def import_onnx(ctx, out: Path) -> StageOutput:
     }
     extra = {"init": "onnx file", "export_path": {"exporter": "onnx file", "opset": model_opset(model)}}
     extra["onnxruntime"] = policy
+    if fixed:
+        extra["dimensions_fixed"] = fixed
     return StageOutput(outputs, counts=counts, extra=extra, batches=extra_out or None)

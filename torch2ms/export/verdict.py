@@ -12,7 +12,9 @@ run of a right graph drifts where PyTorch's does not. So, in order:
    float64``); ``by: none`` (the float64 run cannot run) leaves it not checkable (exit 3);
 2. the graph is wrong (``by: wrong``): the other exporter of ``export.exporter: auto``'s chain writes
    ``model.onnx`` again; within the bound, or right by its own float64 run, it replaces the first;
-3. otherwise the export is wrong, and the record names the worst output of each exporter's try.
+3. otherwise the export is wrong, and the record names the worst output of each exporter's try
+   and the first module where the first exporter's ``model.onnx`` departs from PyTorch in float64
+   (``export.first_diverging``; ``first_diverging`` in the verdict).
 
 The verdict goes to ``stage.json`` ``extra.export_verdict`` (``decided`` by which try) and the
 runner's check of the export stage follows it.
@@ -129,8 +131,30 @@ def settle(ctx, model, onnx_path: Path, names: list[str], produced, floor: dict,
 
     ctx.cache["export_exporter"] = produced.exporter
     verdict = decide(ctx, onnx_path, redo, check_ort)
+    if verdict["by"] == "wrong":
+        _locate(model, onnx_path, samples, check, verdict)
     outputs = verdict.pop("outputs", None)
     ctx.log(f"export: {verdict['by']} (decided by {verdict['decided']})")
     if outputs is None:
         return ort, verdict
     return (outputs[: len(samples)], dict(zip(batch_in, outputs[len(samples) :]))), verdict
+
+
+def _locate(model, onnx_path: Path, samples: list[dict], check, verdict: dict) -> None:
+    """Adds the first diverging module of the wrong ``model.onnx`` (``export.first_diverging``, on
+    the first sample that shows the error) to ``verdict`` and its ``why``."""
+    from torch2ms.bounds import widen
+    from torch2ms.export.first_diverging import first_diverging, summary
+    from torch2ms.pipeline.divergence import LOCAL_SHARE
+
+    bound = widen(check.rel_error, check.cosine, LOCAL_SHARE)[0]
+    for k, sample in enumerate(samples):
+        try:
+            found = first_diverging(model, onnx_path, sample, bound)
+        except Exception as err:  # noqa: BLE001 - an op the float64 evaluator cannot run: nothing located
+            verdict["first_diverging"] = {"error": f"{type(err).__name__}: {str(err).strip()[:200]}"}
+            return
+        if found is not None:
+            verdict["first_diverging"] = {"sample": k, "bound": bound, **found}
+            verdict["why"] += f"; {summary(found)} (sample {k})"
+            return

@@ -213,7 +213,7 @@ def task_figure(recipe, outputs: list[dict], reference: list[dict]) -> dict | No
 
     t = task_for(recipe)
     r = t.measure(recipe, outputs, reference) if t else None
-    return None if r is None else {"metric": r.metric, "agreement": round(r.agreement, 6)}
+    return None if r is None else {"metric": r.metric, "agreement": round(r.agreement, 6), "figures": r.figures}
 
 
 def judge(recipe, outputs: list[dict], reference: list[dict]) -> dict:

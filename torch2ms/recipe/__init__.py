@@ -59,6 +59,9 @@ class Recipe(_Strict):
         "sequence_classification",
         "embedding",
         "text_generation",
+        "text_detection",
+        "text_recognition",
+        "face_detection",
         "other",
     ] = "other"
     model: ModelSpec
