@@ -13,9 +13,48 @@ from conftest import TESTS
 
 from torch2ms.zoo import ZooOptions, load_zoo, run_batch
 
-pytestmark = pytest.mark.slow  # a zoo worker converts and profiles one model with a graph-kernel build: ~1 min
+
+def test_the_row_takes_the_chosen_variants_profile_and_the_summaries_link_its_picture(tmp_path: Path):
+    from torch2ms.zoo.profile import CHOSEN_VARIANT
+    from torch2ms.zoo.row import ModelRow, profile_fields
+    from torch2ms.zoo.summary import build, write_summaries
+
+    profile = {
+        "variants": {
+            "ms_graph_folded": {"kernels_per_call": 87.0, "small_op_share": 0.157},
+            "ms_graph_folded_gk": {"kernels_per_call": 73.0, "small_op_share": 0.113},
+        }
+    }
+    assert profile_fields(profile, CHOSEN_VARIANT["graph_kernel"]) == {"kernels": 73.0, "small_op_share": 0.113}
+    assert profile_fields(profile) == {"kernels": 87.0, "small_op_share": 0.157}
+    png = tmp_path / "m" / "profile" / "modules.png"
+    png.parent.mkdir(parents=True)
+    png.write_bytes(b"\x89PNG")
+    rows = [
+        ModelRow("m", "passed", winner="graph_kernel", profile_png=str(png)),
+        ModelRow("gone", "passed", profile_png=str(tmp_path / "gone" / "modules.png")),  # no file: no picture
+    ]
+    paths = write_summaries(
+        tmp_path,
+        build(
+            rows,
+            {
+                "zoo": "z.yaml",
+                "executor": "local",
+                "jobs": 1,
+                "timeout": 1.0,
+                "seconds": 1.0,
+                "out": str(tmp_path),
+                "keep": "needed",
+            },
+        ),
+    )
+    page = paths["html"].read_text()
+    assert page.count("<img ") == 1 and '<img src="m/profile/modules.png"' in page
+    assert "![m](m/profile/modules.png)" in paths["md"].read_text()
 
 
+@pytest.mark.slow  # a zoo worker converts and profiles one model with a graph-kernel build: ~1-2 min
 def test_zoo_profile_fills_the_fusion_columns_and_shows_the_picture(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(TESTS))  # the worker finds tiny_models as a user's code
     monkeypatch.chdir(tmp_path)  # AKG writes kernel_meta/ into the working directory
