@@ -16,6 +16,10 @@ MARK = {
     "crashed": "[red]crashed[/red]",
     "oom": "[red]oom    [/red]",
 }
+PROFILE_HELP = (
+    "profile each passed model with N calls per variant (PyTorch, the plain graph, graph kernels) into its run's "
+    "profile/: fills the kernels and small-op share columns; summary.html shows the pictures (0: off)"
+)
 
 
 def _progress(state, total: int):
@@ -76,24 +80,19 @@ def zoo(
     compare: Path | None = typer.Option(
         None, "--compare", help="an earlier run's summary.json: print the models that started or stopped passing"
     ),
+    profile: int = typer.Option(0, "--profile", min=0, help=PROFILE_HELP),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Convert every model of a zoo file in its own process; write summary.json/.md/.html.
 
     Exit 0 only if every selected model passed."""
     from torch2ms.zoo import ZooOptions, load_zoo, select
-    from torch2ms.zoo.disk import KEEP
 
     old = _read_summary(compare, "--compare") if compare else None
     if zoo_file.suffix == ".json":
         _compare_only(zoo_file, old, compare)
         return
-    if keep not in KEEP:
-        raise Torch2msError(f"--keep {keep!r}: choose {' or '.join(KEEP)}")
-    if executor not in ("local", "ray"):
-        raise Torch2msError(f"--executor {executor!r}: choose local or ray")
-    if address and executor != "ray":
-        raise Torch2msError("--address is for the Ray executor", hint="add --executor ray")
+    _check_options(keep, executor, address)
     models = select(load_zoo(zoo_file), only, str(zoo_file))
     setup_cpu(cpu_isa)  # the workers inherit it; the driver itself never imports MindSpore
     out_root = out or Path("runs") / "zoo" / zoo_file.stem
@@ -106,6 +105,7 @@ def zoo(
         address=address,
         cpu_isa=cpu_isa,
         keep=keep,
+        profile_calls=profile,
     )
     console.print(f"zoo: {len(models)} model(s) from {zoo_file} -> {out_root} ({executor} executor)")
     data = _run_with_progress(models, opts, zoo_file)
@@ -119,6 +119,17 @@ def zoo(
         _print_compare(old, data, compare, paths["json"])
     if data["passed"] != data["total"]:
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _check_options(keep: str, executor: str, address: str | None) -> None:
+    from torch2ms.zoo.disk import KEEP
+
+    if keep not in KEEP:
+        raise Torch2msError(f"--keep {keep!r}: choose {' or '.join(KEEP)}")
+    if executor not in ("local", "ray"):
+        raise Torch2msError(f"--executor {executor!r}: choose local or ray")
+    if address and executor != "ray":
+        raise Torch2msError("--address is for the Ray executor", hint="add --executor ray")
 
 
 def _compare_only(summary: Path, old: dict | None, compare: Path | None) -> None:

@@ -25,6 +25,10 @@ class RunContext:
     log: Callable[[str], None] = print
     cache: dict[str, Any] = field(default_factory=dict)
     stages: list | None = None  # the pipeline's Stage objects (default: torch2ms.stages.PIPELINE)
+    # the bound the running stage's outputs are held to (compare.Tolerance), set by the runner before
+    # its run when it does not depend on the outputs (every stage but the noise floor's): a stage with
+    # several candidate outputs (compile's variants) keeps one that passes
+    tolerance: Any = None
 
     def stage_dir(self, stage: str) -> Path:
         return self.run.stage_dir(stage)

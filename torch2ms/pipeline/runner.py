@@ -248,6 +248,7 @@ class Runner:
     def _checked(self, stage: Stage, out: Path, fp: str, fp_payload: dict, done: list[str], floors: Floors):
         memory = StageMemory().start()
         t0, cpu0 = time.perf_counter(), time.process_time()
+        self.ctx.tolerance = None if stage.noise_floor else self._tolerance(stage, StageOutput(None), floors)
         produced = self._run(stage, out, done)
         seconds_run = time.perf_counter() - t0
         gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage

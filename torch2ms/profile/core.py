@@ -121,7 +121,12 @@ def run_profile(recipe: Recipe, options: ProfileOptions, log: Callable[[str], No
 
     t0 = time.perf_counter()
     root = ensure_run(recipe, options.out_root, log).root
-    plain = ensure_plain(recipe, root, log)
+    # the bench's own unfused rebuild is generated only for the variants that run it
+    plain = (
+        ensure_plain(recipe, root, log)
+        if any(BY_KEY[k].stage == "plain" for k in options.variants if k in BY_KEY)
+        else root / "bench" / "plain"
+    )
     folders = bench_folders(recipe, root, plain)
     raws: dict[str, dict | str] = {}
     for key in sorted(options.variants, key=lambda k: k != "torch"):  # torch first: its module names

@@ -11,6 +11,13 @@ from its last timed call (on that sample); each warm-up call runs the next sampl
 cell's warm-up calls give the next samples' outputs; the others run after the decision. The PyNative
 reference is the unfolded network's check calls in its own stage (one per sample; a first call
 and ``min(runs, 3)`` more here when its record has none). Checked: compiled outputs vs PyTorch.
+
+Under ``auto``, every variant's outputs are checked against the bound the runner holds the stage to
+(``ctx.tolerance``), and the fastest that passes is kept: graph-kernel fusion reorders float32
+arithmetic, and its error can cross a bound the plain graph stays within. The outputs mostly come
+from the variants' timed and warm-up calls, so checking all costs little and the record says, for
+any timing, which variants failed (``check_failures``: the worst output's error and bound). When
+none passes, the fastest is kept and the runner's check fails the stage with its error.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from torch2ms.compare import compare_outputs, worst
 from torch2ms.conversion import PYNATIVE_CALLS
 from torch2ms.errors import StageFailed
 from torch2ms.pipeline.stage import Stage, StageOutput
@@ -46,6 +54,8 @@ class CompileStage(Stage):
             f"{e.get('median_ms')} ms vs PyNative {e.get('pynative_median_ms')} ms ({e.get('speedup_vs_pynative')}x)"
         )
         note = f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
+        for f in e.get("check_failures") or []:
+            note += f"; {f['variant']} failed the check ({f['output']}: {f['rel_error']:.3g} > {f['bound']:.3g})"
         failed = e.get("graph_kernel_failures") or []
         if failed:
             rule = e.get("graph_kernel_rule")
@@ -61,9 +71,10 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         pynative = self._pynative(ctx, spec, inputs[0])
-        measured = self.measure(ms, spec, src, inputs, names, ctx.log)
+        check = VariantCheck(ctx.tolerance, ctx.reference()[1]) if ctx.tolerance is not None else None
+        measured = self.measure(ms, spec, src, inputs, names, ctx.log, check=check)
         if measured["fusion"].get("retry"):
-            measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log)
+            measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log, check)
         chosen, timings, fusion = measured["chosen"], measured["timings"], measured["fusion"]
         extra = {
             "source": src.name,
@@ -75,14 +86,19 @@ class CompileStage(Stage):
             "variants": {"pynative_plain": pynative, **timings},
             **({"decision": measured["decision"]} if len(timings) > 1 else {}),
             **self._fusion_record(spec, fusion),
+            **({"check_failures": measured["rejected"]} if measured.get("rejected") else {}),
         }
         write_json(out / "compile.json", extra)
         return StageOutput(measured["outputs"], extra=extra)
 
-    def measure(self, ms, spec, src, inputs: list, names: list, log, rule: dict | None = None, failures=()) -> dict:
+    def measure(
+        self, ms, spec, src, inputs: list, names: list, log, rule: dict | None = None, failures=(), check=None
+    ) -> dict:
         """Builds the variants ``graph_kernel`` asks for (the graph-kernel one under ``rule`` when given),
-        times them and runs the faster on every sample. Returns the chosen key, the timings, the decision,
-        the outputs per sample and the fusion record (``failures``: those before, then this run's)."""
+        times them, runs each on every sample and keeps the fastest that passes ``check`` (None: the
+        fastest). Returns the chosen key, the timings, the decision, the outputs per sample,
+        the variants that failed the check (``rejected``) and the fusion record (``failures``: those
+        before, then this run's)."""
         wanted = {"auto": [False, True], "on": [True], "off": [False]}[spec.graph_kernel]
         cells, calls, first, last, warm, modes = {}, {}, {}, {}, {}, {}
         fusion: dict = {"failures": list(failures)}
@@ -95,21 +111,33 @@ class CompileStage(Stage):
             flags = self._build(ms, spec, src, "graph_kernel", inputs, fusion, state, log, rule)
             if flags is not None:  # None under auto: it did not build (fusion["failures"] says why)
                 modes["graph_kernel"] = flags
-        chosen, times, decision = latency.faster_variant(calls, spec.runs)
-        for key in [k for k in cells if k != chosen]:
-            del cells[key]
+        fastest, times, decision = latency.faster_variant(calls, spec.runs)
         calls.clear()
-        release_freed()
         timings = {k: latency.summary(first[k], times[k]) for k in times}
-        self._mode(ms, spec, modes[chosen])
-        # The timed calls ran the chosen compiled cell on the first sample: its last outputs are that
-        # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
-        # the next samples; the check compares the same samples as before, the rest run here.
-        done = [last[chosen]["outputs"], *warm[chosen]]
-        outputs = [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[chosen], inputs[len(done) :], names)
+        order = sorted(timings, key=lambda k: (k != fastest, timings[k]["median_ms"]))
+
+        def outputs_of(key: str) -> list:
+            # The timed calls ran the compiled cell on the first sample: its last outputs are that
+            # sample's outputs (the same cell on the same input), not recomputed; its warm-up calls ran
+            # the next samples; the check compares the same samples as before, the rest run here.
+            self._mode(ms, spec, modes[key])
+            done = [last[key]["outputs"], *warm[key]]
+            return [dict(zip(names, o)) for o in done] + msutil.run_cell(cells[key], inputs[len(done) :], names)
+
+        chosen, outputs, rejected = passing_variant(order, outputs_of, check)
+        for v in rejected:
+            log(f"compile: {v['variant']} failed the check ({'; '.join(v['violations'])}), not kept")
         cells.clear()
+        release_freed()
         ms.set_context(mode=ms.PYNATIVE_MODE, enable_graph_kernel=False)
-        return {"chosen": chosen, "timings": timings, "decision": decision, "outputs": outputs, "fusion": fusion}
+        return {
+            "chosen": chosen,
+            "timings": timings,
+            "decision": {**decision, "fastest": fastest} if chosen != fastest else decision,
+            "outputs": outputs,
+            "rejected": rejected,
+            "fusion": fusion,
+        }
 
     def _variant(self, ms, spec, src, key: str, flags: str | None, inputs: list, state) -> None:
         """Builds one compiled variant (``flags`` None: the plain graph), makes its compiling first
@@ -218,6 +246,47 @@ class CompileStage(Stage):
         return call
 
 
+class VariantCheck:
+    """The stage's check on one variant's outputs: ``tolerance`` (``compare.Tolerance``) against
+    PyTorch's ``reference`` outputs per sample. Calling it returns the failure's record (the worst
+    violating output, its relative error and bound, every violation) or None when the outputs pass.
+    The tensor bounds only: the task check (detection) is the runner's, on the variant kept."""
+
+    def __init__(self, tolerance, reference: list[dict]):
+        self.tolerance, self.reference = tolerance, reference
+
+    def __call__(self, outputs: list[dict]) -> dict | None:
+        metrics = compare_outputs(outputs, self.reference)
+        failing = [m for m in metrics if self.tolerance.violations(m)]
+        if not failing:
+            return None
+        w = worst(failing)
+        return {
+            "output": w.name,
+            "rel_error": w.rel_error,
+            "bound": self.tolerance.bound(w.name)["rel_error"],
+            "violations": [f"output {m.name!r}: {v}" for m in failing for v in self.tolerance.violations(m)],
+        }
+
+
+def passing_variant(order: list[str], outputs_of, check) -> tuple[str, list, list[dict]]:
+    """The first of ``order`` (fastest first) whose outputs, ``outputs_of(key)``, pass ``check``; the
+    first when none does. Every variant is checked (``check`` None: none is, the first is kept).
+    Returns the key, its outputs and, per variant that failed, the failure's record with its
+    ``variant``."""
+    if check is None:
+        return order[0], outputs_of(order[0]), []
+    outputs = {key: outputs_of(key) for key in order}
+    rejected = []
+    for key in order:
+        failure = check(outputs[key])
+        if failure is not None:
+            rejected.append({"variant": key, **failure})
+    failed = {r["variant"] for r in rejected}
+    chosen = next((k for k in order if k not in failed), order[0])
+    return chosen, outputs[chosen], rejected
+
+
 def _on_failure(failure: dict) -> tuple[str, str]:
     """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
     ops = failure["op_types"]
@@ -232,7 +301,7 @@ def _on_failure(failure: dict) -> tuple[str, str]:
     )
 
 
-def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log) -> dict:
+def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log, check=None) -> dict:
     """The compile stage's measurement again in a fresh process, the graph-kernel variant under
     ``measured``'s retry rule. After AKG's failure this process cannot build graph kernels any more
     (MindSpore's build client answers "Get response before Open() error"), while the plain graph
@@ -245,7 +314,7 @@ def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log
         job, result = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         with open(job, "wb") as f:
             pickle.dump({"path": sys.path, "spec": spec, "src": src, "inputs": inputs, "names": names}, f)
-            pickle.dump({"rule": rule, "failures": fusion["failures"]}, f)
+            pickle.dump({"rule": rule, "failures": fusion["failures"], "check": check}, f)
         code = subprocess.run([sys.executable, "-m", "torch2ms.stages.compile", str(job), str(result)]).returncode
         if code == 0 and result.exists():
             with open(result, "rb") as f:
@@ -268,7 +337,15 @@ def _child(job: str, result: str) -> None:
         retry = pickle.load(f)
     ms = msutil.mindspore()
     measured = CompileStage().measure(
-        ms, head["spec"], head["src"], head["inputs"], head["names"], print, retry["rule"], retry["failures"]
+        ms,
+        head["spec"],
+        head["src"],
+        head["inputs"],
+        head["names"],
+        print,
+        retry["rule"],
+        retry["failures"],
+        retry["check"],
     )
     with open(result + ".part", "wb") as f:
         pickle.dump(measured, f)

@@ -29,6 +29,7 @@ class ZooOptions:
     address: str | None = None
     cpu_isa: str | None = None
     keep: str = "needed"  # needed: a passed model's intermediate weights go (torch2ms.zoo.disk); all
+    profile_calls: int = 0  # > 0: each passed model is profiled with this many calls (torch2ms.zoo.profile)
 
 
 @dataclass
@@ -77,6 +78,7 @@ def make_jobs(models: list[ZooModel], opts: ZooOptions, batch: str) -> list[dict
             # a Ray task holds one CPU; local workers split this machine's cores (runtime.threads)
             "threads": 1 if opts.executor == "ray" else share(opts.jobs or 1),
             "keep": opts.keep,
+            "profile_calls": opts.profile_calls,
             "cwd": os.getcwd(),
             "pythonpath": pythonpath,
             "batch": batch,

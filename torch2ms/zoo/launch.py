@@ -45,6 +45,7 @@ from torch2ms.zoo.disk import du_mb
 from torch2ms.zoo.failures import Failure, from_exit
 from torch2ms.zoo.files import JOB, LOG, RESULT, STATUS, read_json, write_status
 from torch2ms.zoo.forkserver import START_TIMEOUT_S, Forked, ForkServer, ForkServerGone, server_key
+from torch2ms.zoo.profile import CHOSEN_VARIANT
 from torch2ms.zoo.row import ModelRow, bound_cell, compile_fields, layout_fields, profile_fields
 
 POLL_S = 0.5
@@ -231,6 +232,8 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
     model_status, reason, failure = _outcome(job, run_dir, status, ended, stages, peak)
     records = _stage_records(run_dir, stages)
     cached = model_status == "passed" and all(s in ("up to date", "disabled") for s in stages.values())
+    figures = _record_figures(records, job)
+    png = run_dir / "profile" / "modules.png"
     peak_rss = round(peak, 1) if peak else None
     if cached and previous and previous.peak_rss_mb and previous.passed:
         peak_rss = previous.peak_rss_mb  # the figure of the run that did the work
@@ -241,8 +244,9 @@ def build_row(job: dict, run_dir: Path, status: dict, ended: WorkerExit, previou
         reason=reason,
         category=failure.category if failure else None,
         blockers=failure.blockers if failure else [],
-        **_record_figures(records, job),
-        **profile_fields(read_json(run_dir / "profile" / "profile.json")),
+        **figures,
+        **profile_fields(read_json(run_dir / "profile" / "profile.json"), CHOSEN_VARIANT.get(figures["winner"])),
+        profile_png=str(png) if png.is_file() else None,
         peak_rss_mb=peak_rss,
         disk_mb=round(du_mb(run_dir), 1),
         wall_s=round(ended.wall_s, 2),

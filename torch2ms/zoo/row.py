@@ -46,6 +46,7 @@ class ModelRow:
     # network's kernels per call and small-op share (torch2ms.profile)
     kernels: float | None = None
     small_op_share: float | None = None
+    profile_png: str | None = None  # <run>/profile/modules.png: time per module, per profiled variant
     peak_rss_mb: float | None = None  # the worker process's
     disk_mb: float | None = None  # the run folder's, after a passed model's intermediate weights went
     wall_s: float | None = None
@@ -145,10 +146,11 @@ def compile_fields(compile_record: dict | None) -> dict:
     return {"winner": chosen, "winner_margin": margin}
 
 
-def profile_fields(profile: dict | None, variant: str = "ms_graph_folded") -> dict:
-    """Kernels per call and small-op share of the compiled network (``variant``) from a
-    ``profile.json``, when ``torch2ms profile`` ran on the model."""
-    v = ((profile or {}).get("variants") or {}).get(variant) or {}
+def profile_fields(profile: dict | None, variant: str | None = None) -> dict:
+    """Kernels per call and small-op share of the compiled network (``variant``: the one the compile
+    stage chose; None: the plain folded graph) from a ``profile.json``, when ``torch2ms profile`` (or
+    ``zoo --profile``) ran on the model."""
+    v = ((profile or {}).get("variants") or {}).get(variant or "ms_graph_folded") or {}
     return {"kernels": v.get("kernels_per_call"), "small_op_share": v.get("small_op_share")}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from pathlib import Path
 
 from torch2ms.pipeline.fingerprint import framework_versions
@@ -115,6 +116,10 @@ def _md(data: dict) -> str:
             (b["count"], b["category"], cell(b["blocker"]), cell(", ".join(b["models"]))) for b in data["blockers"]
         ]
         lines += table(header, blockers)
+    pictures = _profile_pictures(data)
+    if pictures:
+        lines += ["", "## Where the time goes: kernel ms per call per module (zoo --profile)", ""]
+        lines += [f"![{name}]({src})" for name, src in pictures]
     lines += [
         "",
         "Errors are the worst over all stages against PyTorch; convert s is the sum of the stage times "
@@ -153,6 +158,7 @@ th{{background:#f6f8fa}}</style></head>
 {body}
 </tbody></table>
 {_html_blockers(data)}
+{_html_profiles(data)}
 <p>Versions: {html.escape(", ".join(f"{k} {v}" for k, v in data["versions"].items()))}</p>
 </body></html>
 """
@@ -182,6 +188,31 @@ def _layout(data: dict) -> str:
     flat = lay.get("flat_fallbacks") or {}
     text += f"; {len(flat)} model(s) fell back to the flat layout"
     return text + (": " + "; ".join(f"{n} ({_reason(r, 120)})" for n, r in flat.items()) if flat else "")
+
+
+def _profile_pictures(data: dict) -> list[tuple[str, str]]:
+    """(model, its modules.png relative to the summary's folder) for each model with a profile
+    (``zoo --profile``): the summaries link the pictures where the run folders keep them."""
+    out = Path(data.get("out") or ".").resolve()
+    pictures = []
+    for r in data["models"]:
+        png = r.get("profile_png")
+        if png and Path(png).is_file():
+            pictures.append((r["name"], os.path.relpath(Path(png).resolve(), out)))
+    return pictures
+
+
+def _html_profiles(data: dict) -> str:
+    pictures = _profile_pictures(data)
+    if not pictures:
+        return ""
+    figures = "\n".join(
+        f'<h3>{html.escape(name)}</h3>\n<a href="{html.escape(src)}"><img src="{html.escape(src)}" '
+        f'alt="{html.escape(name)}: kernel ms per call per module" style="max-width:100%"></a>'
+        for name, src in pictures
+    )
+    return f"""<h2>Where the time goes: kernel ms per call per module (zoo --profile)</h2>
+{figures}"""
 
 
 def _html_blockers(data: dict) -> str:

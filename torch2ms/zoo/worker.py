@@ -6,7 +6,8 @@ current so that the launcher knows which stage was running if this process dies.
 whether the model passed or failed its checks: a failure is data in the status file (its reason,
 and its category and blockers from ``torch2ms.zoo.failures``); any other exit means the worker
 itself crashed. A passed model's superseded weight copies are then deleted unless the job says
-``keep: all`` (``torch2ms.zoo.disk``).
+``keep: all`` (``torch2ms.zoo.disk``). With ``profile_calls`` in the job (``zoo --profile``), a passed
+model is profiled first (``torch2ms.zoo.profile``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ def main(job_path: str) -> int:
     for s in result.stages:
         status["stages"][s.stage] = s.status
     reason, failure = _verdict(result, run_dir)
+    if result.passed and job.get("profile_calls"):
+        from torch2ms.zoo.profile import profile_model
+
+        update(stage="profile")
+        profile_model(recipe, job, runner.run_dir.root, lambda m: print(f"[zoo] {m}", flush=True))
     if result.passed and job.get("keep", "needed") != "all":
         gone = prune(runner.run_dir, runner.stages, recipe)
         if gone:
