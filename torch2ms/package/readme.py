@@ -8,6 +8,7 @@ from string import Template
 
 from torch2ms import __version__
 from torch2ms.package import board_onnx, targets
+from torch2ms.pipeline.markdown import row
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import mindir_layout
 
@@ -50,8 +51,14 @@ def readme(
         aipp_howto=aipp_howto,
         precision=precision,
         board_row=(
-            f"| `model/{board_onnx.NAME}` | the ONNX `atc.sh` and AMCT read: opset {board_onnx.OPSET} (ATC documents "
-            "11-15, AMCT 11), checked against PyTorch like `model.onnx` |\n"
+            row(
+                [
+                    f"`model/{board_onnx.NAME}`",
+                    f"the ONNX `atc.sh` and AMCT read: opset {board_onnx.OPSET} (ATC documents 11-15, AMCT 11), "
+                    "checked against PyTorch like `model.onnx`",
+                ]
+            )
+            + "\n"
             if board
             else ""
         ),
@@ -64,8 +71,14 @@ def readme(
         post_text=post_text,
         plan_note=_fp16_note(manifest.get("fp16_plan")) or _int8_note(manifest.get("int8_plan")),
         variables_row=(
-            f"| `model/{mindir_layout.VARIABLES}/` | the MindIR's weights (over 1 GB, MindSpore keeps them beside the "
-            "graph): copy and convert it with `network.mindir` |\n"
+            row(
+                [
+                    f"`model/{mindir_layout.VARIABLES}/`",
+                    "the MindIR's weights (over 1 GB, MindSpore keeps them beside the graph): copy and convert it "
+                    "with `network.mindir`",
+                ]
+            )
+            + "\n"
             if weights_apart
             else ""
         ),
