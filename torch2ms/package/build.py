@@ -100,8 +100,9 @@ def bundle_tolerance(recipe: Recipe, record: dict) -> dict:
     """What ``verify`` and ``infer.py --self-check`` hold the MindIR to: the bound its stage passed
     under (stage.json ``bounds``: the recipe's, or ``check.noise_factor`` times the network's float32
     noise floor where that is looser), the loosest over the outputs, and the task gate it passed
-    (``task.gate``). A network float32 cannot compute closer than 1e-4 (levit_192: 1.4e-2 between
-    float32 and float64 PyTorch) packages and verifies under the bound its conversion was checked at."""
+    (``task.gate``). A network float32 cannot compute closer than the recipe's bound packages and
+    verifies under the bound its conversion was checked at (benchmarks/results/design_measurements.md,
+    "A bundle's tolerance")."""
     tol = {"rel_error": recipe.check.rel_error, "cosine": recipe.check.cosine, "by": "recipe"}
     for b in (record.get("bounds") or {}).values():
         if b["rel_error"] > tol["rel_error"] or b["cosine"] < tol["cosine"]:

@@ -135,8 +135,8 @@ class Fp16Emulator:
 def run_samples(sess, names: list[str], samples: list[dict], extra: dict) -> list[dict[str, np.ndarray]]:
     """``sess`` on each sample (plus the ``extra`` feeds), outputs per sample in order. The samples
     run side by side, one per core of the thread budget (``runtime.threads``): each run is the
-    one-thread run it was (so its bits are), and onnxruntime lets go of the GIL while it runs (the
-    fp16 plan's emulations on 2 samples took twice one sample's wall time)."""
+    one-thread run it was (so its bits are), and onnxruntime lets go of the GIL while it runs
+    (benchmarks/results/design_measurements.md, "The emulators' samples")."""
     from concurrent.futures import ThreadPoolExecutor
 
     from torch2ms.runtime.threads import cores
