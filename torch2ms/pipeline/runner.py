@@ -20,13 +20,12 @@ from typing import Any
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import StageFailed, Torch2msError
-from torch2ms.export.verdict import CACHE_KEY as EXPORT_VERDICT
 from torch2ms.pipeline import evidence as proof
-from torch2ms.pipeline.context import RunContext
+from torch2ms.pipeline.context import VERDICT_KEY, RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
 from torch2ms.pipeline.record import Floors, StageRecord
 from torch2ms.pipeline.result import RunResult, StageResult, raise_for
-from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime.cpu import cpu_choice
@@ -36,9 +35,11 @@ __all__ = ["Runner", "RunResult", "StageResult", "all_stages", "raise_for"]  # t
 
 
 def all_stages() -> list[Stage]:
-    from torch2ms.stages import PIPELINE
+    """The default stage list of a ``Runner`` not given one: ``torch2ms.stages.PIPELINE``'s. The one
+    place the pipeline layer reaches up to the stages; everything else asks the runner's list."""
+    from torch2ms.stages import pipeline_stages
 
-    return [cls() for cls in PIPELINE]
+    return pipeline_stages()
 
 
 @dataclass
@@ -185,8 +186,6 @@ class Runner:
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
         before it that writes that artifact."""
-        from torch2ms.stages import writer_of
-
         out = []
         for name in stage.reads:
             try:
@@ -351,7 +350,7 @@ class Runner:
                 accumulated, evidence = self._reference_off(stage, diff, m, outputs)
                 if evidence:
                     violations, bounds = [], accumulated["bounds"]
-        decided = self.ctx.cache.pop(EXPORT_VERDICT, None) if stage.noise_floor else None
+        decided = self.ctx.cache.pop(VERDICT_KEY, None) if stage.noise_floor else None
         if decided and violations and violations == m.tensor_violations:  # export.verdict decided it
             evidence = decided
             violations = [f"{'; '.join(violations)}, and {decided['why']}"] if decided["by"] == "wrong" else []
