@@ -18,8 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from torch2ms.package import precision
-from torch2ms.package.emulate import Fp16Emulator
+from torch2ms.package import fp16
+from torch2ms.package.emulate import Fp16Emulator, json_error
+from torch2ms.package.fp16_truth import true_fp16
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
@@ -73,16 +74,16 @@ def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions
     inputs, reference = split_reference(load_npz(ref_path))
     emu = Fp16Emulator(onnx_path, inputs, list(reference[0]))
     plans = {}
-    before = precision.judge(recipe, emu.run(), reference)["error"]
+    before = fp16.judge(recipe, emu.run(), reference)["error"]
     # a fraction of the all-fp16 error: a bound this network misses, so that the plan has work to do
-    bounds = list(bounds) + [float(f"{f * precision._json_error(before):.2g}") for f in fractions]
+    bounds = list(bounds) + [float(f"{f * json_error(before):.2g}") for f in fractions]
     for b in bounds:
         r = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": b})})
-        plan = precision.make_plan(r, onnx_path, inputs, reference, emulator=emu)
+        plan = fp16.make_plan(r, onnx_path, inputs, reference, emulator=emu)
         plans[str(b)] = {
             k: plan[k] for k in ("before", "after", "keep_fp32", "emulations", "layers", "bound", "search", "seconds")
         }
-    truth = precision.true_fp16(recipe, inputs, reference, emu.run(), result.root / writer_of("network.py", recipe))
+    truth = true_fp16(recipe, inputs, reference, emu.run(), result.root / writer_of("network.py", recipe))
     return {
         "name": recipe.name,
         "samples": len(inputs),

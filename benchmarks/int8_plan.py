@@ -26,7 +26,7 @@ import yaml
 from fp16_plan import trained_recipe
 
 from torch2ms.package import int8
-from torch2ms.package.emulate import Int8Emulator
+from torch2ms.package.emulate_int8 import Int8Emulator
 from torch2ms.pipeline.runner import Runner, raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe, read_yaml

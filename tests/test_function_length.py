@@ -1,7 +1,8 @@
 """Functions that read top to bottom: none in torch2ms is longer than ``MAX_LINES`` (its ``def``
 line to its last, docstring and decorators' arguments included), and none in the stage, runner,
 package, zoo and codegen code longer than ``ORCHESTRATION_LINES``. A longer one is split into named steps;
-the failure names each with its length."""
+the failure names each with its length. Modules too: none in torch2ms is longer than
+``MODULE_LINES``, but the bundle template ``MODULE_EXEMPT`` names (and says why)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import torch2ms
 MAX_LINES = 80
 ORCHESTRATION_LINES = 70
 PACKAGES = ("stages", "pipeline", "package", "zoo", "codegen")
+MODULE_LINES = 500
+# build.py copies this one file into every bundle as the board's script (it needs neither torch2ms
+# nor torch): split, every bundle and its manifest would carry the pieces
+MODULE_EXEMPT = {"torch2ms/package/templates/infer.py"}
 
 
 def long_functions(root: Path, limit: int) -> list[str]:
@@ -25,6 +30,34 @@ def long_functions(root: Path, limit: int) -> list[str]:
                 if n > limit:
                     out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
     return out
+
+
+def long_modules(root: Path, limit: int) -> list[str]:
+    """``path (n lines)`` for every module under ``root`` longer than ``limit``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(root.parent)} ({n} lines)")
+    return out
+
+
+def test_no_module_over_the_limit():
+    found = [
+        m
+        for m in long_modules(Path(torch2ms.__file__).parent, MODULE_LINES)
+        if m.rsplit(" (", 1)[0] not in MODULE_EXEMPT
+    ]
+    assert not found, f"modules over {MODULE_LINES} lines, split them along their concerns:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_a_long_module(tmp_path):
+    """The module scan is not blind: a 501-line module is named with its length, a 500-line one is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "long.py").write_text("x = 1\n" * 501)
+    (pkg / "short.py").write_text("x = 1\n" * 500)
+    assert long_modules(pkg, MODULE_LINES) == ["pkg/long.py (501 lines)"]
 
 
 def test_no_function_over_the_limit():

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from torch2ms.package import int8
 from torch2ms.package.build import build_bundle
-from torch2ms.package.emulate import (
+from torch2ms.package.emulate_int8 import (
     Calibrator,
     Int8Emulator,
     activation_qparams,

@@ -17,8 +17,9 @@ from conftest import run_cli, write_recipe
 
 from torch2ms.compare import compare_arrays
 from torch2ms.errors import RecipeError
-from torch2ms.package import precision
+from torch2ms.package import fp16
 from torch2ms.package.emulate import Fp16Emulator
+from torch2ms.package.fp16_truth import true_fp16
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
@@ -56,7 +57,7 @@ def worst_error(outputs, reference) -> float:
 def test_plan_keeps_exactly_the_fragile_spot(exported):
     kind, recipe, onnx_path, inputs, reference = exported
     bound = recipe.precision.fp16_rel_error
-    plan = precision.make_plan(recipe, onnx_path, inputs, reference, log=lambda m: None)
+    plan = fp16.make_plan(recipe, onnx_path, inputs, reference, log=lambda m: None)
     assert {k["label"] for k in plan["keep_fp32"]} == SPOT[kind]
     assert {s["label"] for s in plan["sensitivity"][:2]} == SPOT[kind]  # the two most sensitive layers
     assert not plan["before"]["ok"] and plan["after"]["ok"]
@@ -71,8 +72,8 @@ def test_plan_keeps_exactly_the_fragile_spot(exported):
     assert worst_error(emu.run(fp32=range(len(emu.labels))), reference) < 1e-5  # all fp32: onnxruntime itself
     if kind == "overflow":
         assert plan["before"]["error"] == "inf"
-        assert precision.mixlist(plan) == {"black-list": {"to-add": ["Conv2D"]}}  # Mul has no verified IR type
-    assert precision.keep_dtype_text(plan).splitlines() == [k["name"] for k in plan["keep_fp32"]]
+        assert fp16.mixlist(plan) == {"black-list": {"to-add": ["Conv2D"]}}  # Mul has no verified IR type
+    assert fp16.keep_dtype_text(plan).splitlines() == [k["name"] for k in plan["keep_fp32"]]
 
 
 def test_a_bound_all_fp16_meets_needs_no_sensitivity(exported):
@@ -84,10 +85,10 @@ def test_a_bound_all_fp16_meets_needs_no_sensitivity(exported):
     loose = recipe.model_copy(
         update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": 2 * all_fp16})}
     )
-    plan = precision.make_plan(loose, onnx_path, inputs, reference, log=lambda m: None, emulator=emu)
+    plan = fp16.make_plan(loose, onnx_path, inputs, reference, log=lambda m: None, emulator=emu)
     assert plan["before"]["ok"] and plan["keep_fp32"] == [] and plan["sensitivity"] == []
     assert emu.runs == 2  # this test's run and the plan's all-fp16 one, not one per layer
-    assert "Not measured" in precision.plan_markdown(plan, "m")
+    assert "Not measured" in fp16.plan_markdown(plan, "m")
 
 
 def test_emulation_agrees_with_true_fp16_pytorch(exported):
@@ -96,14 +97,14 @@ def test_emulation_agrees_with_true_fp16_pytorch(exported):
     much closer to them than to fp32. Without rounding (the negative control) the same check fails."""
     kind, recipe, onnx_path, inputs, reference = exported
     emu = Fp16Emulator(onnx_path, inputs, ["output"])
-    truth = precision.true_fp16(recipe, inputs, reference, emu.run())["pytorch"]["outputs"]["output"]
+    truth = true_fp16(recipe, inputs, reference, emu.run())["pytorch"]["outputs"]["output"]
     if kind == "overflow":
         assert truth["true_rel_error"] == truth["emulated_rel_error"] == "nan"  # both overflow
         return
     true_err, emu_err = truth["true_rel_error"], truth["emulated_rel_error"]
     assert 0.5 <= emu_err / true_err <= 2.0, truth
     assert truth["emulated_vs_true"] <= 0.25 * true_err, truth
-    control = precision.true_fp16(recipe, inputs, reference, emu.run(fp32=range(len(emu.labels))))
+    control = true_fp16(recipe, inputs, reference, emu.run(fp32=range(len(emu.labels))))
     assert control["pytorch"]["outputs"]["output"]["emulated_vs_true"] > 0.5 * true_err
 
 
@@ -111,7 +112,7 @@ def test_a_bound_below_float32_noise_is_refused(exported, tmp_path):
     _, recipe, onnx_path, inputs, reference = exported
     tight = recipe.model_copy(update={"precision": recipe.precision.model_copy(update={"fp16_rel_error": 1e-12})})
     with pytest.raises(RecipeError, match=r"precision\.fp16_rel_error: even with every layer in fp32"):
-        precision.make_plan(tight, onnx_path, inputs, reference, log=lambda m: None)
+        fp16.make_plan(tight, onnx_path, inputs, reference, log=lambda m: None)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torch2ms.package import precision, search
+from torch2ms.package import fp16, search
 from torch2ms.package.emulate import Fp16Emulator
 from torch2ms.recipe import Recipe
 
@@ -97,7 +97,7 @@ def test_search_finds_the_spots_with_fewer_emulations_than_layers(model):
     emu = Fp16Emulator(path, inputs, ["output"])
     n = len(emu.labels)
     assert n == LAYERS + 1  # the Identity too
-    plan = precision.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu)
+    plan = fp16.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu)
     assert {k["label"] for k in plan["keep_fp32"]} == fragile
     assert not plan["before"]["ok"] and plan["after"]["ok"]
     assert plan["emulations"] < n, plan["search"]
@@ -111,8 +111,8 @@ def test_search_finds_the_spots_with_fewer_emulations_than_layers(model):
     # neither spot alone is enough: the bound really needs both
     for spot in (fragile - {f"n{SPOTS[0]}_add", f"n{SPOTS[0] + 1}_sub"}, {f"n{SPOTS[0]}_add", f"n{SPOTS[0] + 1}_sub"}):
         half = [emu.labels.index(label) for label in spot]
-        assert not precision.judge(r, emu.run(fp32=half), reference)["ok"]
-    md = precision.plan_markdown(plan, "chain")
+        assert not fp16.judge(r, emu.run(fp32=half), reference)["ok"]
+    md = fp16.plan_markdown(plan, "chain")
     assert f"It took {plan['search']['emulations']} emulations on every sample" in md
 
 
@@ -125,8 +125,8 @@ def test_search_gives_the_exhaustive_plan(model, bound):
     path, fragile, inputs, reference = model
     r = recipe(bound)
     emu = Fp16Emulator(path, inputs, ["output"])
-    fast = precision.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu)
-    slow = precision.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu, exhaustive=True)
+    fast = fp16.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu)
+    slow = fp16.make_plan(r, path, inputs, reference, log=lambda m: None, emulator=emu, exhaustive=True)
     assert slow["emulations"] > len(emu.labels)  # one per layer, and more
     assert fast["emulations"] < slow["emulations"]
     assert fast["after"]["ok"] and slow["after"]["ok"]
@@ -140,7 +140,7 @@ def test_search_gives_the_exhaustive_plan(model, bound):
 def test_same_inputs_same_plan(model):
     path, _, inputs, reference = model
     plans = [
-        precision.make_plan(recipe(2e-3), path, inputs, reference, log=lambda m: None)
+        fp16.make_plan(recipe(2e-3), path, inputs, reference, log=lambda m: None)
         for _ in range(2)  # a fresh emulator each time
     ]
     for p in plans:

@@ -143,6 +143,28 @@ def test_a_sixth_stage_runs_skips_resumes_and_reports(tmp_path):
     assert [s.status for s in resumed_from.stages][-1] == "passed" and SummaryStage.runs == 3
 
 
+def test_a_run_context_asks_the_stage_list_it_was_given(tmp_path):
+    """pipeline/ finds which stage writes an artifact in the list it is handed, never in
+    torch2ms.stages: the last enabled writer (network.py: fold, or rebuild when fold is off; the
+    first: rebuild), and a context made without a list says what to pass."""
+    import pytest
+
+    from torch2ms.pipeline.context import RunContext
+    from torch2ms.pipeline.workspace import RunDir
+    from torch2ms.stages import pipeline_stages
+
+    recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
+    run = RunDir(tmp_path / "run")
+    ctx = RunContext(recipe, run, stages=pipeline_stages())
+    assert ctx.artifact("model.onnx") == run.stage_dir("export") / "model.onnx"
+    assert ctx.artifact("network.py") == run.stage_dir("fold") / "network.py"
+    assert ctx.artifact("network.py", first=True) == run.stage_dir("rebuild") / "network.py"
+    unfolded = load_recipe(write_recipe(tmp_path / "unfolded.yaml", fold={"enabled": False}))
+    assert RunContext(unfolded, run, stages=pipeline_stages()).artifact("network.py").parent.name == "rebuild"
+    with pytest.raises(TypeError, match="pipeline_stages"):
+        RunContext(recipe, run).artifact("model.onnx")
+
+
 def test_checkout_stays_clean_after_mindspore_compiles(tmp_path):
     """MindSpore writes kernel folders (kernel_meta, akg_kernel_meta with graph-kernel fusion,
     rank_*) into the current folder: the project's ignore rules must cover them."""

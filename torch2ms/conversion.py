@@ -151,7 +151,7 @@ def module_record(ctx) -> dict:
     """The export stage's modules.json (module classes, state_dict hashes); empty for an ONNX source."""
     import json
 
-    path = ctx.stage_dir("export") / "modules.json"
+    path = ctx.artifact("modules.json")
     return json.loads(path.read_text()) if path.exists() else {}
 
 

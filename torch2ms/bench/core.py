@@ -136,9 +136,10 @@ def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> 
     from torch2ms.passes import rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir
+    from torch2ms.stages import pipeline_stages
 
     plain = run_root / "bench" / "plain"
-    ctx = RunContext(recipe, RunDir(run_root), log=log)
+    ctx = RunContext(recipe, RunDir(run_root), log=log, stages=pipeline_stages())
     stamp = {
         "model.onnx": sha256_file(ctx.artifact("model.onnx")),
         "passes": "rebuild_passes(fuse_conv_bn_act=False)",

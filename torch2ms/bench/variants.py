@@ -82,8 +82,9 @@ def bench_folders(recipe, run_root: Path, plain: Path) -> dict[str, Path]:
     last), the compile record and the MindIR; ``plain`` is the bench's own unfused rebuild."""
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir
+    from torch2ms.stages import pipeline_stages
 
-    ctx = RunContext(recipe, RunDir(run_root))
+    ctx = RunContext(recipe, RunDir(run_root), stages=pipeline_stages())
     return {
         "reference": ctx.artifact("reference.npz").parent,
         "onnx": ctx.artifact("model.onnx").parent,

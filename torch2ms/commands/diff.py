@@ -51,7 +51,7 @@ def diff(
             f"--stage {stage!r}: choose one of {', '.join(localized_stages())} (the stages that generate network.py)"
         )
     from torch2ms.pipeline.context import RunContext
-    from torch2ms.stages import PIPELINE, writer_of
+    from torch2ms.stages import PIPELINE, pipeline_stages, writer_of
 
     declared = next(cls() for cls in PIPELINE if cls.name == stage)
     if not declared.enabled(r):
@@ -60,7 +60,7 @@ def diff(
             hint=f"use --stage {writer_of('network.py', r)}",
         )
     stage_dir = run_dir.stage_dir(stage)
-    ctx = RunContext(r, run_dir)
+    ctx = RunContext(r, run_dir, stages=pipeline_stages())
     onnx_path, reference = ctx.artifact("model.onnx"), ctx.artifact("reference.npz")
     needed = [onnx_path, reference] + [stage_dir / f for f in ("network.py", "network.ckpt", "tensor_map.json")]
     missing = [str(p) for p in needed if not p.is_file()]

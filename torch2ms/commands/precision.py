@@ -36,7 +36,7 @@ def precision(
     check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md.
     With --int8, the same for INT8."""
     from torch2ms.generation import refuse_unconverted
-    from torch2ms.package import precision as plan_mod
+    from torch2ms.package import fp16 as plan_mod
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
     from torch2ms.recipe import load_recipe
@@ -66,10 +66,11 @@ def precision(
     truth = None
     if true_fp16:
         from torch2ms.package.emulate import Fp16Emulator
+        from torch2ms.package.fp16_truth import true_fp16
 
         ref_in, ref_out = split_reference(load_npz(ref_path))
         emulated = Fp16Emulator(onnx_path, ref_in, list(ref_out[0])).run()
-        truth = plan_mod.true_fp16(r, ref_in, ref_out, emulated, result.root / writer_of("network.py", r))
+        truth = true_fp16(r, ref_in, ref_out, emulated, result.root / writer_of("network.py", r))
         write_json(dest / "true_fp16.json", truth)
     _write_plan(plan, r.name, dest, truth, with_json=out is not None)
     _print_plan(plan, r.name, truth)
@@ -78,7 +79,7 @@ def precision(
 
 def _write_plan(plan: dict, name: str, dest: Path, truth: dict | None, with_json: bool) -> None:
     """The bundle's fp16 files, converter_lite's settings and precision.md (and plan.json) in ``dest``."""
-    from torch2ms.package import precision as plan_mod
+    from torch2ms.package import fp16 as plan_mod
     from torch2ms.package.targets import converter_lite_cfg
 
     for file, text in plan_mod.bundle_files(plan).items():

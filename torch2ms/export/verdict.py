@@ -25,7 +25,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-CACHE_KEY = "export_verdict"
+from torch2ms.pipeline.context import VERDICT_KEY
+
+CACHE_KEY = VERDICT_KEY
 
 
 def needs_verdict(recipe, ort_out, reference, floor: dict | None) -> bool:

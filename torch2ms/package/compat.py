@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from torch2ms.package.emulate import Fp16Emulator, fp16_emulation, json_error
+from torch2ms.pipeline.markdown import table
 
 __all__ = ["Fp16Emulator"]  # its old home: the emulators live in emulate.py
 
@@ -231,14 +232,14 @@ def report_markdown(rep: dict, target, model: str) -> str:
         f"Conversion precision chosen: `{rep['precision']}`. The 310-series cube units take fp16 inputs in every mode,",
         "so expect at least this error against PyTorch on the board (" + rep["fp16_emulation"]["method"] + "):",
         "",
-        "| output | rel error | max abs | cosine | argmax agreement |",
-        "|---|---|---|---|---|",
     ]
-    for name, m in rep["fp16_emulation"]["metrics"].items():
-        lines.append(
-            f"| {name} | {m['rel_error']} | {m['max_abs']} | {m['cosine']} | "
-            f"{m['argmax_agreement'] if m['argmax_agreement'] is not None else '-'} |"
-        )
+    lines += table(
+        ["output", "rel error", "max abs", "cosine", "argmax agreement"],
+        [
+            [name, m["rel_error"], m["max_abs"], m["cosine"], "-" if (a := m["argmax_agreement"]) is None else a]
+            for name, m in rep["fp16_emulation"]["metrics"].items()
+        ],
+    )
     plan = rep.get("fp16_plan")
     if plan:
         lines += [
@@ -285,11 +286,14 @@ def aipp_markdown(check: dict) -> list[str]:
         f"Each shipped AIPP config, run through a {check['method']}. The bound is what fp16 (and, for YUV input,",
         "the integer colour conversion) can explain; a config above it would change the model's input on the board.",
         "",
-        "| config | input | " + " | ".join(images) + " | bound |",
-        "|---|---|" + "---|" * len(images) + "---|",
     ]
-    for name, r in check["configs"].items():
-        source = r["input_format"] + (f" ({r['standard']})" if r["standard"] else "")
-        errors = " | ".join(f"{r['max_error'][i]:.3g}" for i in images)
-        lines.append(f"| {name} | {source} | {errors} | {r['bound']:.3g} |")
-    return lines
+    rows = [
+        [
+            name,
+            r["input_format"] + (f" ({r['standard']})" if r["standard"] else ""),
+            *(f"{r['max_error'][i]:.3g}" for i in images),
+            f"{r['bound']:.3g}",
+        ]
+        for name, r in check["configs"].items()
+    ]
+    return lines + table(["config", "input", *images, "bound"], rows)

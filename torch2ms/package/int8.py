@@ -2,16 +2,16 @@
 
 **Method.** The recipe's ``quantize.calibration`` data (read through its ``preprocess``) calibrates
 one per-tensor range for every activation a Cube op (Conv, ConvTranspose, MatMul, Gemm) reads
-(``emulate.Calibrator``: min/max, a percentile of |x|, or TensorRT's entropy threshold). The
-``emulate.Int8Emulator`` runs the exported ONNX as a QDQ graph, every Cube node switchable between
+(``emulate_int8.Calibrator``: min/max, a percentile of |x|, or TensorRT's entropy threshold). The
+``emulate_int8.Int8Emulator`` runs the exported ONNX as a QDQ graph, every Cube node switchable between
 int8 and float, on the run's reference samples, against PyTorch's outputs. A plan meets the gate
 when the task agreement with PyTorch (top-1, pixel, or detection at box IoU >= 0.5) is at least
 ``precision.int8_task_agreement`` and the worst output's ``max|a - r| / max|r|`` at most
-``precision.int8_rel_error``. The set kept in float is found by the fp16 plan's ``search.search``
-(group-wise bisection ranks the layers, the shortest ranked prefix kept in float that meets the gate,
-kept blocks tried in int8 again); the accepted plan is emulated as a whole on every sample, and
-those are the figures shipped. Every emulation is independent of the CPU (``emulate``), so the plan
-is the same on AVX2 and AVX-512 machines.
+``precision.int8_rel_error``. A strategy of the precision planner (``precision.py``), which finds
+the set kept in float (group-wise bisection ranks the layers, the shortest ranked prefix kept in
+float that meets the gate, kept blocks tried in int8 again); the accepted plan is emulated as a whole
+on every sample, and those are the figures shipped. Every emulation is independent of the CPU
+(``emulate_int8``), so the plan is the same on AVX2 and AVX-512 machines.
 
 **The files** (formats from the CANN and MindSpore Lite documentation and sources):
 
@@ -40,7 +40,6 @@ the same profiles as a float bundle. The calibration and the plan run at the rec
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -50,13 +49,19 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError
-from torch2ms.package import search
-from torch2ms.package.emulate import Calibrator, Int8Emulator, calibration_tensors, emulation_metrics, json_error, sig
-from torch2ms.package.search import NEGLIGIBLE, Verdict
+from torch2ms.package import precision
+from torch2ms.package.emulate import emulation_metrics, json_error, sig
+from torch2ms.package.emulate_int8 import Calibrator, Int8Emulator, calibration_tensors
+from torch2ms.package.int8_calibration import (  # noqa: F401  (the INT8 plan's names, as before the split)
+    CALIBRATION_SUFFIXES,
+    FIELD,
+    calibration_samples,
+    samples_digest,
+)
+from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
+from torch2ms.package.search import NEGLIGIBLE
 from torch2ms.pipeline.markdown import table
 
-FIELD = "quantize.calibration"
-CALIBRATION_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 DETECTION_IOU = 0.5  # an INT8 box "agrees" at the IoU detection benchmarks count a hit at
 LITE_HEADER = (
     "# MindSpore Lite full quantization of every Cube layer (converter_lite's skip_quant_node takes MindIR node\n"
@@ -69,97 +74,6 @@ METHOD = (
     "QuantizeLinear -> DequantizeLinear (asymmetric, per tensor, calibrated) and its weight fake-quantized "
     "(symmetric, per output channel); float accumulation; every other node in float32"
 )
-TABLE_ROWS = 30
-
-
-# --- calibration data ----------------------------------------------------------------------------
-
-
-def _files(recipe, entry: str) -> list[Path]:
-    if entry.startswith("skimage:"):
-        return [recipe.resolve_data(entry)]
-    path = recipe.resolve(entry)
-    if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in CALIBRATION_SUFFIXES)
-        if not found:
-            raise RecipeError(
-                f"{FIELD}: {path}: the folder holds no images or .npy files",
-                hint=f"put calibration images ({', '.join(CALIBRATION_SUFFIXES[1:])}) or .npy samples in it",
-            )
-        return found
-    if not path.exists():
-        raise RecipeError(f"{FIELD}: {path}: no such file or folder")
-    if path.suffix.lower() not in CALIBRATION_SUFFIXES:
-        raise RecipeError(f"{FIELD}: {path}: not an image or a .npy file")
-    return [path]
-
-
-def _npy(path: Path, shape: tuple[int, ...]) -> list[np.ndarray]:
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise RecipeError(f"{FIELD}: {path}: cannot read it as .npy ({err})") from None
-    if arr.dtype.kind not in "biuf":
-        raise RecipeError(f"{FIELD}: {path}: holds {arr.dtype} values, not numbers")
-    if tuple(arr.shape) == tuple(shape):
-        stack = [arr]
-    elif arr.ndim == len(shape) and tuple(arr.shape[1:]) == tuple(shape[1:]) and arr.shape[0] % shape[0] == 0:
-        stack = [arr[k : k + shape[0]] for k in range(0, arr.shape[0], shape[0])]
-    else:
-        raise RecipeError(
-            f"{FIELD}: {path}: shape {list(arr.shape)} is neither the input's {list(shape)} nor a stack of it "
-            f"along dimension 0 (a multiple of {shape[0]})"
-        )
-    out = [a.astype(np.float32) for a in stack]
-    if not all(np.isfinite(a).all() for a in out):
-        raise RecipeError(f"{FIELD}: {path}: holds NaN or infinite values")
-    return out
-
-
-def calibration_samples(recipe, log: Callable = print) -> tuple[list[dict[str, np.ndarray]], list[str]]:
-    """The first ``quantize.samples`` calibration samples, and the files they came from. Every
-    problem names the file and why; nothing is read past the samples needed."""
-    from torch2ms.postprocess.image import image_sample
-
-    q = recipe.quantize
-    if q is None:
-        raise RecipeError(
-            f"{FIELD}: the recipe has no quantize section; INT8 needs calibration data",
-            hint="add quantize: {calibration: <folder of images or .npy>} (e.g. 32 images like the model's inputs)",
-        )
-    if len(recipe.inputs) != 1 or recipe.inputs[0].dtype != "float32":
-        raise RecipeError(
-            f"{FIELD}: INT8 calibration takes one float32 input; this recipe has "
-            + ", ".join(f"{i.name} ({i.dtype})" for i in recipe.inputs)
-        )
-    spec = recipe.inputs[0]
-    samples, sources = [], []
-    for entry in q.entries():
-        for path in _files(recipe, entry):
-            if len(samples) >= q.samples:
-                break
-            if path.suffix.lower() == ".npy":
-                arrays = _npy(path, spec.shape)
-            else:
-                try:
-                    arrays = [image_sample(path, spec.shape, recipe, FIELD)]
-                except RecipeError as err:  # load_rgb names the file, not the field
-                    msg = err.args[0]
-                    raise RecipeError(msg if msg.startswith(FIELD) else f"{FIELD}: {msg}") from None
-            for a in arrays[: q.samples - len(samples)]:
-                samples.append({spec.name: a})
-                sources.append(str(path))
-    if len(samples) < q.samples:
-        log(f"int8: {len(samples)} calibration sample(s) found, quantize.samples asks {q.samples}: using those")
-    return samples, sources
-
-
-def samples_digest(samples: list[dict]) -> str:
-    h = hashlib.sha256()
-    for s in samples:
-        for k, v in sorted(s.items()):
-            h.update(k.encode() + str(v.shape).encode() + np.ascontiguousarray(v).tobytes())
-    return h.hexdigest()
 
 
 # --- the gate ------------------------------------------------------------------------------------
@@ -270,7 +184,7 @@ def make_plan(
             hint="package with --precision fp16",
         )
     floating = judge(recipe, emu.run(int8=[]), reference)
-    found = _search_float_layers(recipe, emu, reference, exhaustive)
+    found = precision.search_layers(INT8, recipe, emu, reference, exhaustive)
     keep = set(found.keep)
     total = sum(emu.macs) or 1
     share = sum(m for i, m in enumerate(emu.macs) if i not in keep) / total
@@ -285,47 +199,26 @@ def make_plan(
     return plan
 
 
-def _search_float_layers(recipe, emu: Int8Emulator, reference: list[dict], exhaustive: bool):
-    """``search.search`` over the emulator's Cube layers: the fewest kept in float that meet the
-    gate (screened on ``search.SCREEN_SAMPLES`` samples first unless ``exhaustive``)."""
-
-    def emulate_on(samples: int) -> Callable[[frozenset[int]], Verdict]:
-        def evaluate(low: frozenset[int]) -> Verdict:
-            j = judge(recipe, emu.run(int8=sorted(low), samples=samples), reference[:samples])
-            return Verdict(j["ok"], json_error(j["score"]), j)
-
-        return evaluate
-
-    try:
-        return search.search_samples(len(emu.names), emulate_on, len(reference), NEGLIGIBLE, exhaustive)
-    except search.Unreachable as err:
-        d = err.verdict.detail
-        raise RecipeError(
-            f"precision.int8_task_agreement / precision.int8_rel_error: even with every layer in float the emulated "
-            f"outputs miss the gate (rel error {d['error']}"
-            + (f", {d['task']['metric']} {d['task']['agreement']}" if d["task"] else "")
-            + ")",
-            hint="loosen precision.int8_rel_error or precision.int8_task_agreement, or package with --precision fp16",
-        ) from None
+def _unreachable(recipe, d: dict) -> RecipeError:
+    return RecipeError(
+        f"precision.int8_task_agreement / precision.int8_rel_error: even with every layer in float the emulated "
+        f"outputs miss the gate (rel error {d['error']}"
+        + (f", {d['task']['metric']} {d['task']['agreement']}" if d["task"] else "")
+        + ")",
+        hint="loosen precision.int8_rel_error or precision.int8_task_agreement, or package with --precision fp16",
+    )
 
 
-def _sensitivity(found, emu: Int8Emulator) -> list[dict]:
-    """Every ranked layer with the score of the block it was measured in."""
-    sens = []
-    for b in found.blocks:
-        measured = "alone" if b.size == 1 else f"{b.size} layers {emu.labels[b.start]} .. {emu.labels[b.stop - 1]}"
-        for i in b.members():
-            sens.append(
-                {
-                    "label": emu.labels[i],
-                    "name": emu.names[i],
-                    "op": emu.op_types[i],
-                    "macs": emu.macs[i],
-                    "score": sig(b.score) if math.isfinite(b.score) else "inf",
-                    "measured": measured,
-                }
-            )
-    return sens
+INT8 = Strategy(
+    name="int8 plan",
+    high="float",
+    low="int8",
+    figure="score",
+    judge=judge,
+    run=lambda emu, low, samples: emu.run(int8=low, samples=samples),
+    negligible=lambda recipe: NEGLIGIBLE,
+    unreachable=_unreachable,
+)
 
 
 def _plan_record(recipe, emu: Int8Emulator, found, counts, share: float, floating: dict, exhaustive: bool) -> dict:
@@ -334,7 +227,7 @@ def _plan_record(recipe, emu: Int8Emulator, found, counts, share: float, floatin
     q = recipe.quantize
     n = len(emu.names)
     keep = set(found.keep)
-    sens = _sensitivity(found, emu)
+    sens = precision.sensitivity(INT8, found, emu, lambda i: {"macs": emu.macs[i]})
     by_label = {s["label"]: s for s in sens}
     return {
         "method": METHOD,
@@ -344,13 +237,7 @@ def _plan_record(recipe, emu: Int8Emulator, found, counts, share: float, floatin
             "per_channel": q.per_channel,
             "samples": counts[1],
         },
-        "search": {
-            "how": "exhaustive: every layer alone" if exhaustive else precision_search(),
-            "emulations": found.evaluated,
-            "screening_emulations": found.screened,
-            "steps": found.steps,
-            "blocks": len(found.blocks),
-        },
+        "search": precision.search_record(INT8, found, exhaustive),
         "bound": {"task_agreement": recipe.precision.int8_task_agreement, "rel_error": recipe.precision.int8_rel_error},
         "samples": counts[0],
         "layers": n,
@@ -367,19 +254,13 @@ def _plan_record(recipe, emu: Int8Emulator, found, counts, share: float, floatin
     }
 
 
-def precision_search() -> str:
-    from torch2ms.package.precision import SEARCH
-
-    return SEARCH.replace("fp32", "float").replace("fp16", "int8")
-
-
 def _summary(j: dict) -> str:
     task = f", {j['task']['metric']} {j['task']['agreement']:.4f}" if j["task"] else ""
     return f"rel error {j['error']}{task}"
 
 
 def plan_key(recipe, onnx_path: Path, ref_path: Path, calib: list[dict]) -> str:
-    return search.plan_key(
+    return precision.plan_key(
         recipe,
         onnx_path,
         ref_path,
@@ -404,7 +285,7 @@ def cached_plan(recipe, run_root: Path, onnx_path: Path, ref_path: Path, log: Ca
         return plan
 
     key = plan_key(recipe, onnx_path, ref_path, calib)
-    return search.cached_plan(run_root / "precision" / "int8_plan.json", key, make, "int8 plan", log), calib
+    return precision.cached_plan(run_root / "precision" / "int8_plan.json", key, make, "int8 plan", log), calib
 
 
 # --- the files for the board tools --------------------------------------------------
@@ -459,10 +340,6 @@ def unnamed(plan: dict) -> list[str]:
     return [k["label"] for k in plan["keep_float"] if not k["name"]]
 
 
-def _fmt(v) -> str:
-    return v if isinstance(v, str) else f"{v:.3g}"
-
-
 def plan_markdown(plan: dict, model: str) -> str:
     """precision.md for an INT8 plan: the gate and the three runs, the float layers, the board's
     two paths, the sensitivity table."""
@@ -484,9 +361,8 @@ def _md_gate_and_runs(plan: dict, model: str) -> list[str]:
     cal = plan["calibration"]
     n, k = plan["layers"], len(plan["keep_float"])
 
-    def row(label: str, m: dict, kept: int, share: float) -> str:
-        task = f"{m['task']['metric']} {m['task']['agreement']:.4f}" if m["task"] else "-"
-        return f"| {label} | {n - kept} / {n} | {share:.1%} | {_fmt(json_error(m['error']))} | {task} |"
+    def row(label: str, m: dict, kept: int, share: float) -> list:
+        return [label, f"{n - kept} / {n}", f"{share:.1%}", fmt(json_error(m["error"])), task_text(m)]
 
     return [
         f"# INT8 plan: {model}",
@@ -500,11 +376,14 @@ def _md_gate_and_runs(plan: dict, model: str) -> list[str]:
         "",
         f"Search: {plan['search']['how']}.",
         "",
-        "| | Cube layers in INT8 | MACs in INT8 | rel error | task |",
-        "|---|---|---|---|---|",
-        row("fp32 (onnxruntime)", f, n, 0.0),
-        row("all INT8", b, 0, 1.0),
-        row("INT8 with the plan", a, k, plan["mac_share_int8"]),
+        *table(
+            ["", "Cube layers in INT8", "MACs in INT8", "rel error", "task"],
+            [
+                row("fp32 (onnxruntime)", f, n, 0.0),
+                row("all INT8", b, 0, 1.0),
+                row("INT8 with the plan", a, k, plan["mac_share_int8"]),
+            ],
+        ),
         "",
     ]
 
@@ -553,8 +432,8 @@ def _md_board(plan: dict) -> list[str]:
 
 
 def _md_sensitivity(plan: dict) -> list[str]:
-    """The sensitivity table, its first ``TABLE_ROWS`` layers."""
-    rows = plan["sensitivity"][:TABLE_ROWS]
+    """The sensitivity table, its first ``SENSITIVITY_ROWS`` layers."""
+    rows = plan["sensitivity"][:SENSITIVITY_ROWS]
     lines = ["## Sensitivity: the gate score with one layer (or block) alone in INT8", ""]
     if not rows:
         lines += ["Not measured: with every layer in INT8 the outputs already meet the gate."]
@@ -577,10 +456,9 @@ def _md_sensitivity(plan: dict) -> list[str]:
                     "float" if s["label"] in kept else "",
                 ]
                 for s in rows
-            ],
+            ]
+            + more_rows(plan, 6),
         )
-        if len(plan["sensitivity"]) > TABLE_ROWS:
-            lines.append(f"| ... {len(plan['sensitivity']) - TABLE_ROWS} more in precision.json | | | | | |")
     return lines
 
 

@@ -4,8 +4,8 @@ emulation per layer.
 The search knows nothing of fp16. It takes ``evaluate(low) -> Verdict``: run the model with the
 layers in ``low`` (indices in graph order) in low precision and every other layer in high
 precision, and say whether the outputs meet the bound (``ok``) and by how much they miss
-(``error``, larger is worse). The fp16 plan (``precision.py``) passes its emulator; an INT8 plan
-passes a quantized emulation with its own gate. ``screen`` is the same question asked more
+(``error``, larger is worse). The planner (``precision.py``) passes its strategy's emulation: fp16
+rounding (``fp16.py``) or INT8 QDQ (``int8.py``), each with its own bound. ``screen`` is the same question asked more
 cheaply (fewer samples); it only orders the layers, never decides the plan.
 
 **Method.** Layers are *blocks* of consecutive indices; ``error(B)`` is the error with block
@@ -228,50 +228,3 @@ def search_samples(
     search is not ``exhaustive``, which compares with the reference on every sample)."""
     screen = None if exhaustive or samples <= SCREEN_SAMPLES else evaluate_on(SCREEN_SAMPLES)
     return search(n, evaluate_on(samples), screen, negligible=negligible, exhaustive=exhaustive)
-
-
-# --- a plan's cache: reused while what decides it is the same ------------------------------------
-
-
-def plan_key(recipe, onnx_path, ref_path, planner: str, **decides) -> str:
-    """The key a plan is cached under: the ONNX, the reference samples, the recipe's task and
-    post-processing, the conversion code, and the planning code (this module, the emulators, the
-    ``planner`` module's file), plus what else ``decides`` the plan (its bound, calibration, ...)."""
-    import hashlib
-    import json
-    from pathlib import Path
-
-    from torch2ms.package import emulate
-    from torch2ms.pipeline.fingerprint import source_hash
-    from torch2ms.pipeline.workspace import sha256_file
-
-    payload = {
-        "onnx": sha256_file(onnx_path),
-        "reference": sha256_file(ref_path),
-        "task": recipe.task,
-        "postprocess": recipe.postprocess.model_dump(mode="json") if recipe.postprocess else None,
-        "source": source_hash(),  # leaves the package layer out: the planning code is hashed here
-        "code": [sha256_file(Path(f)) for f in (__file__, emulate.__file__, planner)],
-        **decides,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def cached_plan(path, key: str, make: Callable[[], dict], what: str, log: Callable) -> dict:
-    """The plan at ``path`` when its ``key`` matches, else ``make()``'s, written there with the key."""
-    import json
-
-    from torch2ms.pipeline.workspace import write_json
-
-    if path.is_file():
-        try:
-            plan = json.loads(path.read_text())
-            if plan.get("key") == key:
-                log(f"{what}: up to date ({path})")
-                return plan
-        except (OSError, json.JSONDecodeError):
-            pass
-    plan = {"key": key, **make()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, plan)
-    return plan

@@ -14,8 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from torch2ms.pipeline.stage import writer_of
 from torch2ms.pipeline.workspace import RunDir, load_npz, split_batches, split_lengths, split_reference
 from torch2ms.recipe import Recipe
+
+# the cache key under which a stage hands the runner the verdict it reached on its own tensor bounds
+# (the export's float64 arbitration, ``export.verdict``)
+VERDICT_KEY = "export_verdict"
 
 
 @dataclass
@@ -24,7 +29,7 @@ class RunContext:
     run: RunDir
     log: Callable[[str], None] = print
     cache: dict[str, Any] = field(default_factory=dict)
-    stages: list | None = None  # the pipeline's Stage objects (default: torch2ms.stages.PIPELINE)
+    stages: list | None = None  # the pipeline's Stage objects (the runner's; torch2ms.stages.pipeline_stages())
     # the bound the running stage's outputs are held to (compare.Tolerance), set by the runner before
     # its run when it does not depend on the outputs (every stage but the noise floor's): a stage with
     # several candidate outputs (compile's variants) keeps one that passes
@@ -34,18 +39,18 @@ class RunContext:
         return self.run.stage_dir(stage)
 
     def pipeline(self) -> list:
+        """The run's Stage objects, as the runner or the caller that made this context gave them."""
         if self.stages is None:
-            from torch2ms.stages import PIPELINE
-
-            self.stages = [cls() for cls in PIPELINE]
+            raise TypeError(
+                "RunContext.stages is not set: pass the run's stages (torch2ms.stages.pipeline_stages()) to find "
+                "which stage writes an artifact"
+            )
         return self.stages
 
     def artifact(self, name: str, first: bool = False) -> Path:
         """Where the stage that writes ``name`` keeps it (model.onnx, reference.npz, network.py...):
         the last enabled stage of the pipeline that declares it in ``writes`` (``first``: the first,
         e.g. the unfolded network.py)."""
-        from torch2ms.stages import writer_of
-
         return self.stage_dir(writer_of(name, self.recipe, self.pipeline(), first)) / name
 
     # --- the reference data (sample inputs and PyTorch's outputs) ---

@@ -6,7 +6,7 @@ import math
 
 from torch2ms.pipeline.fingerprint import framework_versions
 from torch2ms.pipeline.markdown import table
-from torch2ms.pipeline.runner import RunResult
+from torch2ms.pipeline.result import RunResult
 from torch2ms.pipeline.workspace import atomic_write_text, write_json
 from torch2ms.runtime.cpu import cpu_choice
 

@@ -19,36 +19,27 @@ from typing import Any
 
 from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
-from torch2ms.errors import CheckFailed, NotCheckable, StageFailed, Torch2msError
-from torch2ms.export.verdict import CACHE_KEY as EXPORT_VERDICT
+from torch2ms.errors import StageFailed, Torch2msError
 from torch2ms.pipeline import evidence as proof
-from torch2ms.pipeline.context import RunContext
+from torch2ms.pipeline.context import VERDICT_KEY, RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
 from torch2ms.pipeline.record import Floors, StageRecord
-from torch2ms.pipeline.stage import Stage, StageOutput
+from torch2ms.pipeline.result import RunResult, StageResult, raise_for
+from torch2ms.pipeline.stage import Stage, StageOutput, writer_of
 from torch2ms.pipeline.workspace import RECORD, RunDir, artifact_hashes, write_json
 from torch2ms.recipe import Recipe
 from torch2ms.runtime.cpu import cpu_choice
 from torch2ms.runtime.memory import StageMemory, release_freed
 
+__all__ = ["Runner", "RunResult", "StageResult", "all_stages", "raise_for"]  # the run's results live in result.py
+
 
 def all_stages() -> list[Stage]:
-    from torch2ms.stages import PIPELINE
+    """The default stage list of a ``Runner`` not given one: ``torch2ms.stages.PIPELINE``'s. The one
+    place the pipeline layer reaches up to the stages; everything else asks the runner's list."""
+    from torch2ms.stages import pipeline_stages
 
-    return [cls() for cls in PIPELINE]
-
-
-@dataclass
-class StageResult:
-    stage: str
-    status: str  # passed | failed | not checkable | up to date | disabled | not run
-    record: dict | None = None
-    reason: str = ""
-    declared: Stage | None = field(default=None, repr=False)  # the stage object, for its notes
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("passed", "up to date", "disabled")
+    return pipeline_stages()
 
 
 @dataclass
@@ -76,22 +67,6 @@ class Verdict:
     diff: Any = None
     accumulated: dict | None = None
     evidence: dict | None = None
-
-
-@dataclass
-class RunResult:
-    recipe: Recipe
-    root: Path
-    stages: list[StageResult] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return all(s.ok for s in self.stages)
-
-    @property
-    def failed_stage(self) -> StageResult | None:
-        return next((s for s in self.stages if s.status == "failed"), None)
 
 
 class Runner:
@@ -211,8 +186,6 @@ class Runner:
     def _sources(self, i: int, stage: Stage) -> list[str]:
         """The earlier stages ``stage`` reads from: for each artifact it reads, the last enabled stage
         before it that writes that artifact."""
-        from torch2ms.stages import writer_of
-
         out = []
         for name in stage.reads:
             try:
@@ -378,7 +351,7 @@ class Runner:
                 accumulated, evidence = self._reference_off(stage, diff, m, outputs)
                 if evidence:
                     violations, bounds = [], accumulated["bounds"]
-        decided = self.ctx.cache.pop(EXPORT_VERDICT, None) if stage.noise_floor else None
+        decided = self.ctx.cache.pop(VERDICT_KEY, None) if stage.noise_floor else None
         if decided and violations and violations == m.tensor_violations:  # export.verdict decided it
             evidence = decided
             violations = [f"{'; '.join(violations)}, and {decided['why']}"] if decided["by"] == "wrong" else []
@@ -477,30 +450,3 @@ class Runner:
                 " run `torch2ms diff` for details"
             )
             return None
-
-
-def raise_for(result: RunResult) -> None:
-    from torch2ms.stages import localized_stages
-
-    failed = result.failed_stage
-    if failed is not None and "reference output has" in failed.reason:
-        raise CheckFailed(
-            f"stage {failed.stage!r} failed: PyTorch's own output is not finite on the sample inputs"
-            f" ({failed.reason}); no conversion can be checked against it",
-            hint="fix the model, its weights (model.checkpoint) or the sample data (inputs[].data)"
-            " so that PyTorch gives finite outputs",
-        )
-    unsure = next((s for s in result.stages if s.status == proof.NOT_CHECKABLE), None)
-    if failed is None and unsure is not None:
-        raise NotCheckable(
-            f"stage {unsure.stage!r}: the model is not checkable at these inputs: {unsure.reason}",
-            hint=f"stage.json in {result.root / unsure.stage} records the evidence sought ('evidence')",
-        )
-    if failed is not None:
-        where = result.root / failed.stage
-        hint = f"its artifacts and record stay in {where}"
-        if (where / "diff.md").is_file():
-            hint += f"; every tensor's error against onnxruntime is in {where / 'diff.md'}"
-        elif failed.stage in localized_stages():
-            hint += f"; `torch2ms diff --stage {failed.stage}` localizes the first diverging node"
-        raise CheckFailed(f"stage {failed.stage!r} is out of tolerance against PyTorch: {failed.reason}", hint=hint)

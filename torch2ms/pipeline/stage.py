@@ -79,3 +79,14 @@ class Stage:
 
     def run(self, ctx, out: Path) -> StageOutput:
         raise NotImplementedError
+
+
+def writer_of(artifact: str, recipe: Recipe, stages: list[Stage], first: bool = False) -> str:
+    """The stage whose folder holds ``artifact`` for ``recipe`` (model.onnx -> export): the last
+    enabled stage of ``stages`` that writes it, or with ``first`` the first one (network.py: the
+    plain rebuild, before any folding). The one answer to "which stage writes X": the runner, the
+    run context, the commands and the package ask it. Raises ``KeyError`` when none does."""
+    writers = [st.name for st in stages if artifact in st.writes and st.enabled(recipe)]
+    if not writers:
+        raise KeyError(f"no enabled stage writes {artifact!r}")
+    return writers[0] if first else writers[-1]

@@ -23,7 +23,10 @@ import numpy as np
 from torch2ms.errors import CheckFailed, Torch2msError
 from torch2ms.export.modules import array_hash
 
-STAGES = ("rebuild", "fold")
+
+def code_stages(ctx) -> list[str]:
+    """The run's stages that generate code (write network.py), in pipeline order: rebuild, fold."""
+    return [st.name for st in ctx.pipeline() if "network.py" in st.writes]
 
 
 @dataclass
@@ -135,11 +138,12 @@ def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeig
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import sha256_file
     from torch2ms.runtime import msutil
+    from torch2ms.stages import pipeline_stages
 
-    ctx = RunContext(recipe, run_dir, log=log)
+    ctx = RunContext(recipe, run_dir, log=log, stages=pipeline_stages())
     record = module_record(ctx)
-    onnx_path = ctx.stage_dir("export") / "model.onnx"
-    stages = [s for s in STAGES if (ctx.stage_dir(s) / "network.py").is_file()]
+    onnx_path = ctx.artifact("model.onnx")
+    stages = [s for s in code_stages(ctx) if (ctx.stage_dir(s) / "network.py").is_file()]
     if not record.get("state_dict") or not onnx_path.is_file() or not stages:
         raise Torch2msError(
             f"{run_dir.root}: no converted network with a recorded state_dict (export/modules.json, network.py)",

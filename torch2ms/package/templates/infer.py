@@ -42,9 +42,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _cap_onednn_isa() -> None:
-    """Copy of torch2ms.runtime.cpu.configure_cpu: on AVX-512/AMX CPUs MindSpore's oneDNN kernels were
-    measured ~80x slower than capped at AVX2. oneDNN reads ONEDNN_MAX_CPU_ISA once, so it must be
-    set before mindspore is imported. A value the user set is left alone."""
+    """Copy of torch2ms.runtime.cpu.configure_cpu: on AVX-512/AMX CPUs MindSpore's oneDNN convolutions
+    fall back to reference code above AVX2, so the ISA is capped there. oneDNN reads ONEDNN_MAX_CPU_ISA
+    once, so it must be set before mindspore is imported. A value the user set is left alone."""
     if "ONEDNN_MAX_CPU_ISA" in os.environ:
         return
     try:
