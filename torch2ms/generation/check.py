@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.generation.compare import first_divergence, step_errors, top2_gaps
-from torch2ms.generation.graphs import OUTPUTS
 from torch2ms.generation.loop import Generated, Runner, greedy_batches
 
 REFERENCE = "reference.npz"  # in the generation folder: transformers' tokens and logits
@@ -137,9 +136,12 @@ def _where(reference: Generated, forced: Generated, gaps, row: int, step: int) -
     )
 
 
-def stage_runner(stage: str, folders: dict[str, Path], extra: dict, jit_level: str | None = None) -> Runner:
+def stage_runner(
+    stage: str, folders: dict[str, Path], extra: dict, jit_level: str | None = None, checkpoints: dict | None = None
+) -> Runner:
     """Both graphs as the stage runs them (see the module docstring); ``extra``: the decode graph's
-    stage extra (the compile stage's chosen variant and its flags)."""
+    stage extra (the compile stage's chosen variant and its flags); ``checkpoints``: per graph, another
+    checkpoint than the rebuild or fold stage's network.ckpt (``load-weights``')."""
     if stage == "export":
         from torch2ms.generation.export import Exported, onnx_runner
 
@@ -149,7 +151,13 @@ def stage_runner(stage: str, folders: dict[str, Path], extra: dict, jit_level: s
     ms = msutil.mindspore()
     if stage in ("rebuild", "fold"):
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        cells = {g: msutil.build_network(folders[g], f"generation_{stage}_{g}") for g in folders}
+        if checkpoints:
+            cells = {
+                g: msutil.load_network_module(folders[g] / "network.py", f"generation_{stage}_{g}").build(str(path))
+                for g, path in checkpoints.items()
+            }
+        else:
+            cells = {g: msutil.build_network(folders[g], f"generation_{stage}_{g}") for g in folders}
         return _cell_runner(ms, cells, None)
     if stage == "compile":
         fused = extra.get("chosen") == "graph_kernel"
@@ -178,7 +186,7 @@ def _cell_runner(ms, cells: dict, mode: tuple | None) -> Runner:
             if mode is not None:
                 msutil.set_graph_mode(ms, *mode)
             out = cell(*(ms.Tensor(np.ascontiguousarray(a)) for a in arrays))
-            return tuple(o.asnumpy() for o in out)[: len(OUTPUTS)]
+            return tuple(o.asnumpy() for o in out)
 
         return call
 

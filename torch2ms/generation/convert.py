@@ -16,6 +16,7 @@ the prefill graph's same stage is there: the decode graph's stages carry the gen
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from torch2ms.generation.check import REFERENCE, GenerationCheck
 from torch2ms.generation.graphs import OUTPUTS, Decode, Prefill
 
 GRAPHS = ("prefill", "decode")
+PLAN = "plan.json"  # in the generation folder: the run's generation.plan.Plan
 FACTORY = "torch2ms.generation.convert:graph_module"
 
 
@@ -126,10 +128,12 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
     from torch2ms.generation.plan import generation_plan
     from torch2ms.model_loader import build_model
     from torch2ms.pipeline.runner import Runner
+    from torch2ms.pipeline.workspace import write_json
 
     root = Path(out_root or recipe.output) / recipe.name
     plan = generation_plan(recipe, build_model(recipe))
     reference = write_reference(recipe, plan, root / "generation")
+    write_json(root / "generation" / PLAN, dataclasses.asdict(plan))
     runners = {
         g: Runner(graph_recipe(recipe, plan, g, write), root, log=log, own_processes=own_processes) for g in GRAPHS
     }
