@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 STAGES = ("export", "rebuild", "fold", "compile", "mindir")
 
 
-def _recipe(tmp_path, name: str, **compile_spec) -> Path:
+def _recipe(tmp_path, name: str, generate: dict | None = None, **compile_spec) -> Path:
     data = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text())
     data["output"] = str(tmp_path / "runs")
     data["compile"].update(compile_spec)
+    data["generate"].update(generate or {})
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -36,11 +37,20 @@ def _record(root: Path, graph: str, stage: str) -> dict:
     return json.loads((root / graph / stage / "stage.json").read_text())
 
 
-@pytest.mark.slow
-def test_convert_generates_transformers_tokens_in_every_stage(tmp_path):
-    """The tiny Llama through ``torch2ms convert`` (the export stages in their own processes, where
+# make test runs the Llama with one batch of two prompts and no graph-kernel build; the shipped
+# recipes as they are, the three models, are slow
+QUICK = {"prompt_lengths": [7, 3], "max_new_tokens": 6, "cache_length": 14}
+CASES = [
+    pytest.param("llama_tiny_generate", QUICK, {"graph_kernel": "off"}, id="llama-quick"),
+    *(pytest.param(f"{m}_tiny_generate", None, {}, id=m, marks=pytest.mark.slow) for m in ("llama", "qwen2", "gpt2")),
+]
+
+
+@pytest.mark.parametrize("name,generate,compile_spec", CASES)
+def test_convert_generates_transformers_tokens_in_every_stage(tmp_path, name, generate, compile_spec):
+    """A tiny causal LM through ``torch2ms convert`` (the export stages in their own processes, where
     the generation check runs too): every decode stage's check generated transformers' tokens."""
-    path = _recipe(tmp_path, "llama_tiny_generate", graph_kernel="off")
+    path = _recipe(tmp_path, name, generate, **compile_spec)
     env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(path)],
@@ -51,7 +61,7 @@ def test_convert_generates_transformers_tokens_in_every_stage(tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    root = tmp_path / "runs" / "llama_tiny_generate"
+    root = tmp_path / "runs" / name
     reference = np.load(root / "generation" / "reference.npz")
     total = reference["tokens"].size
     for stage in STAGES:
@@ -60,7 +70,8 @@ def test_convert_generates_transformers_tokens_in_every_stage(tmp_path):
         assert generation["tokens_equal"] == f"{total}/{total}", (stage, generation)
         assert generation["worst_step"]["rel_error"] <= generation["logits_bound"]["rel_error"]
     # the rebuild's module classes are transformers' (from the wrapper's module tree)
-    assert "class LlamaDecoderLayer(nn.Cell)" in (root / "decode" / "rebuild" / "network.py").read_text()
+    layer = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer", "gpt2": "GPT2Block"}[name.split("_")[0]]
+    assert f"class {layer}(nn.Cell)" in (root / "decode" / "rebuild" / "network.py").read_text()
 
 
 def _one_position_off(cache, new, slot):
