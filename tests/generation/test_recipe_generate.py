@@ -150,7 +150,7 @@ def test_a_model_without_a_cache_interface_is_refused():
         cache_geometry(sliding)
 
 
-@pytest.mark.parametrize("command", ["package", "bench"])
+@pytest.mark.parametrize("command", ["package", "precision"])
 def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))
