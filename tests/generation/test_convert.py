@@ -37,31 +37,13 @@ def _record(root: Path, graph: str, stage: str) -> dict:
     return json.loads((root / graph / stage / "stage.json").read_text())
 
 
-# make test runs the Llama with one batch of two prompts and no graph-kernel build; the shipped
-# recipes as they are, the three models, are slow
+# make test converts the Llama in this process, one batch of two prompts, no graph-kernel build
+# (~40 s here); the shipped recipes as they are, through the command, are slow
 QUICK = {"prompt_lengths": [7, 3], "max_new_tokens": 6, "cache_length": 14}
-CASES = [
-    pytest.param("llama_tiny_generate", QUICK, {"graph_kernel": "off"}, id="llama-quick"),
-    *(pytest.param(f"{m}_tiny_generate", None, {}, id=m, marks=pytest.mark.slow) for m in ("llama", "qwen2", "gpt2")),
-]
 
 
-@pytest.mark.parametrize("name,generate,compile_spec", CASES)
-def test_convert_generates_transformers_tokens_in_every_stage(tmp_path, name, generate, compile_spec):
-    """A tiny causal LM through ``torch2ms convert`` (the export stages in their own processes, where
-    the generation check runs too): every decode stage's check generated transformers' tokens."""
-    path = _recipe(tmp_path, name, generate, **compile_spec)
-    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    root = tmp_path / "runs" / name
+def _check_run(root: Path, name: str) -> None:
+    """Every stage of both graphs passed; every decode stage's check generated transformers' tokens."""
     reference = np.load(root / "generation" / "reference.npz")
     total = reference["tokens"].size
     for stage in STAGES:
@@ -72,6 +54,34 @@ def test_convert_generates_transformers_tokens_in_every_stage(tmp_path, name, ge
     # the rebuild's module classes are transformers' (from the wrapper's module tree)
     layer = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer", "gpt2": "GPT2Block"}[name.split("_")[0]]
     assert f"class {layer}(nn.Cell)" in (root / "decode" / "rebuild" / "network.py").read_text()
+
+
+def test_a_tiny_llama_generates_transformers_tokens_in_every_stage(tmp_path):
+    from torch2ms.generation.convert import generation_runners, run_generation
+
+    recipe = load_recipe(_recipe(tmp_path, "llama_tiny_generate", QUICK, graph_kernel="off"))
+    results = run_generation(generation_runners(recipe, None, lambda m: None, own_processes=False))
+    assert [s.status for s in results["decode"].stages] == ["passed"] * 5
+    _check_run(tmp_path / "runs" / recipe.name, recipe.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama_tiny_generate", "qwen2_tiny_generate", "gpt2_tiny_generate"])
+def test_convert_generates_transformers_tokens_in_every_stage(tmp_path, name):
+    """A shipped recipe through ``torch2ms convert`` (the export stages in their own processes, where
+    the generation check runs too)."""
+    path = _recipe(tmp_path, name)
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _check_run(tmp_path / "runs" / name, name)
 
 
 def _one_position_off(cache, new, slot):
