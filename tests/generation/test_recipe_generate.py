@@ -150,7 +150,7 @@ def test_a_model_without_a_cache_interface_is_refused():
         cache_geometry(sliding)
 
 
-@pytest.mark.parametrize("command", ["convert", "package"])
+@pytest.mark.parametrize("command", ["package", "precision"])
 def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))
@@ -166,5 +166,5 @@ def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == EXIT_USAGE, text
     assert f"torch2ms {command} cannot run it yet" in text
-    assert "the five-stage conversion of prefill/decode graphs is not implemented yet" in text
+    assert "a generation recipe has two (prefill and decode); `torch2ms convert` converts" in text
     assert not (tmp_path / "runs").exists()

@@ -43,12 +43,13 @@ def bench(
     """Benchmark PyTorch, onnxruntime and every MindSpore variant; write bench/ into the run folder."""
     from torch2ms.bench import BenchOptions, print_table, run_bench, write_all
     from torch2ms.bench.variants import BY_KEY, VARIANTS
-    from torch2ms.generation import refuse_unconverted
     from torch2ms.recipe import load_recipe
 
     r = load_recipe(recipe)
-    refuse_unconverted(r, "bench")
     setup_cpu(cpu_isa)
+    if r.task == "text_generation":  # prefill ms and decode tokens/s of the two graphs (generation.bench)
+        _bench_generation(r, recipe, out, runs, warmup, not no_memory)
+        return
     keys = tuple(v.key for v in VARIANTS)
     if variants:
         keys = tuple(k.strip() for k in variants.split(",") if k.strip())
@@ -69,3 +70,22 @@ def bench(
     paths = write_all(data, bench_dir, bench_dir.parent)
     print_table(data, out_console)
     console.print(f"bench: {paths['md']}  {paths['png']}  ({data['seconds']:.0f} s)")
+
+
+def _bench_generation(r, recipe_path: Path, out: Path | None, runs: int, warmup: int, memory: bool) -> None:
+    """``generation.bench`` on a converted generation recipe: bench.json and bench.md in its generation folder."""
+    import json
+
+    from torch2ms.generation.bench import RUNNERS, markdown, measure, peak_memory
+
+    root = Path(out or r.output) / r.name
+    result = measure(r, root, RUNNERS, runs, warmup)
+    if memory:
+        for key in RUNNERS:
+            result[key]["peak_rss_mb"] = peak_memory(recipe_path, out, key)
+    folder = root / "generation"
+    (folder / "bench.json").write_text(json.dumps(result, indent=2))
+    text = markdown(r, result)
+    (folder / "bench.md").write_text(text + "\n")
+    out_console.print(text)
+    console.print(f"bench: {folder / 'bench.md'}")

@@ -24,14 +24,15 @@ def convert(
     """Run every stage of a recipe in order, skipping what is up to date; exit 0 only if all pass.
 
     The stages:"""
-    from torch2ms.generation import refuse_unconverted
     from torch2ms.pipeline.report import print_table, write_reports
     from torch2ms.pipeline.runner import Runner, raise_for
     from torch2ms.recipe import load_recipe
 
     r = load_recipe(recipe)
-    refuse_unconverted(r, "convert")
     setup_cpu(cpu_isa)
+    if r.task == "text_generation":  # two graphs, each stage checked as generation (torch2ms.generation.convert)
+        _convert_generation(r, out, from_stage, force, not one_process)
+        return
     # the export stage in a process of its own: torch does not stay resident through the later stages
     runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=not one_process)
     status = console.status("starting", spinner="dots")
@@ -63,6 +64,28 @@ def convert(
     print_table(result, out_console)
     console.print(f"report: {result.root / 'report.md'}  ({result.seconds:.1f} s)")
     raise_for(result)
+
+
+def _convert_generation(r, out: Path | None, from_stage: str | None, force: bool, own_processes: bool) -> None:
+    """The prefill and decode graphs of a text_generation recipe through the stages in turn; one report
+    and one table per graph, exit 1 when a stage fails (its check, or its generation's)."""
+    from torch2ms.generation.convert import generation_runners, run_generation
+    from torch2ms.pipeline.report import print_table, write_reports
+    from torch2ms.pipeline.runner import raise_for
+
+    runners = generation_runners(r, out, lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes)
+    for graph, runner in runners.items():
+        # the stages run in turn, each run skipping the earlier ones: those are not shown again
+        runner.on_stage = lambda stage, state, graph=graph: (
+            state not in ("running", "up to date") and console.print(f"  {graph:<8} {stage:<8} {state}")
+        )
+    results = run_generation(runners, from_stage, force)
+    for result in results.values():
+        write_reports(result)
+        print_table(result, out_console)
+        console.print(f"report: {result.root / 'report.md'}  ({result.seconds:.1f} s)")
+    for result in results.values():
+        raise_for(result)
 
 
 def _stage_help() -> str:

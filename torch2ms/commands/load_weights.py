@@ -35,6 +35,9 @@ def load_weights_command(
     if not state_dict.is_file():
         raise Torch2msError(f"--state-dict {state_dict}: not found")
     setup_cpu(cpu_isa)
+    if r.task == "text_generation":  # two graphs, checked as generation too (torch2ms.generation.weights)
+        _generation_weights(r, run_dir, state_dict)
+        return
     run_dir.lock()
     try:
         written = load_weights(r, run_dir, state_dict, log=lambda m: console.print(m, highlight=False))
@@ -42,3 +45,17 @@ def load_weights_command(
         run_dir.unlock()
     for w in written:
         console.print(f"{w.stage}: {w.checkpoint}  (load with build({str(w.checkpoint)!r}))", highlight=False)
+
+
+def _generation_weights(r, run_dir, state_dict: Path) -> None:
+    """A transformers state_dict into a generation recipe's prefill and decode graphs."""
+    from torch2ms.generation.weights import load_generation_weights
+
+    run_dir.lock()
+    try:
+        written = load_generation_weights(r, run_dir.root, state_dict, log=lambda m: console.print(m, highlight=False))
+    finally:
+        run_dir.unlock()
+    for graph in ("prefill", "decode"):
+        for w in written[graph]:
+            console.print(f"{graph} {w.stage}: {w.checkpoint}", highlight=False)

@@ -8,10 +8,12 @@ comparison with transformers' own ``generate``.
 * ``loop``: greedy decoding with any runner of the two graphs (PyTorch here; onnxruntime in ``export``);
 * ``reference``: transformers' ``generate(do_sample=False, cache_implementation="static")``;
 * ``compare``: first differing token, per-step logits errors, top-2 gaps;
-* ``export``: both graphs to ONNX through the export stage's exporters, and onnxruntime running them.
+* ``export``: both graphs to ONNX through the export stage's exporters, and onnxruntime running them;
+* ``convert``: ``torch2ms convert`` on a generation recipe, both graphs through the five stages;
+* ``check``: each stage's generation check (its own graphs' greedy decoding against ``reference``).
 
-No stage runs these graphs yet: ``convert``, ``check``, ``package``, ``bench`` and ``precision``
-refuse a ``text_generation`` recipe (``refuse_unconverted``).
+``check``, ``package``, ``bench`` and ``precision`` refuse a ``text_generation`` recipe
+(``refuse_unconverted``): they do not take the two graphs yet.
 """
 
 from __future__ import annotations
@@ -19,13 +21,12 @@ from __future__ import annotations
 from torch2ms.errors import RecipeError
 
 NOT_CONVERTED = (
-    "generation recipes are checked by torch2ms.generation.plan, and their prefill and decode graphs by "
-    "torch2ms.generation against transformers' generate (in PyTorch and onnxruntime); the five-stage conversion "
-    "of prefill/decode graphs is not implemented yet"
+    "it takes one graph, and a generation recipe has two (prefill and decode); `torch2ms convert` converts "
+    "and checks them as generation, and the runs' prefill/ and decode/ folders hold each graph's stages"
 )
 
 
 def refuse_unconverted(recipe, command: str) -> None:
-    """RecipeError (exit 2) for a ``text_generation`` recipe: no stage converts its graphs yet."""
+    """RecipeError (exit 2) for a ``text_generation`` recipe: ``command`` does not take its two graphs yet."""
     if recipe.task == "text_generation":
         raise RecipeError(f"task: text_generation: torch2ms {command} cannot run it yet: {NOT_CONVERTED}")

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from torch2ms.generation.graphs import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS, Decode, Geometry, Prefill
-from torch2ms.generation.loop import Runner
+from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS, Runner
+
+if TYPE_CHECKING:
+    from torch2ms.generation.graphs import Decode, Geometry, Prefill
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def export_graphs(
 
 
 def onnx_runner(exported: Exported) -> Runner:
-    """A runner of the two ONNX files in onnxruntime (REFERENCE sessions)."""
+    """A runner of the two ONNX files in onnxruntime (REFERENCE sessions); torch is not imported."""
     import onnx
 
     from torch2ms.graph.onnxrt import REFERENCE, session

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from torch2ms.generation.cache import GraphCache, update_blend
+from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS
 
-PREFILL_INPUTS = ("input_ids", "attention_mask")
-DECODE_INPUTS = ("input_ids", "position", "cache_position", "attention_mask", "keys", "values")
-OUTPUTS = ("logits", "keys_out", "values_out")
+__all__ = ["DECODE_INPUTS", "OUTPUTS", "PREFILL_INPUTS", "Decode", "Geometry", "Prefill"]
 
 
 @dataclass(frozen=True)

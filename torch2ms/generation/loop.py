@@ -19,6 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# the graphs' inputs and outputs, in order (``graphs``; here, where nothing imports torch)
+PREFILL_INPUTS = ("input_ids", "attention_mask")
+DECODE_INPUTS = ("input_ids", "position", "cache_position", "attention_mask", "keys", "values")
+OUTPUTS = ("logits", "keys_out", "values_out")
+
 
 @dataclass(frozen=True)
 class Runner:

@@ -64,7 +64,13 @@ def _notes(stage, rec: dict | None) -> str:
                 f"{ref['onnxruntime_rel_error']:.2g} (its own {ref['op']} {ref['node']})"
             )
         return "; ".join(n for n in (stage.notes(rec) if stage is not None else "", proof) if n)
-    return stage.notes(rec) if stage is not None else ""
+    own = stage.notes(rec) if stage is not None else ""
+    generation = (rec.get("extra") or {}).get("generation")  # a generation recipe's decode graph (generation.check)
+    if generation:
+        ties = len(generation["near_ties"])
+        said = f"generation: {generation['tokens_equal']} tokens" + (f", {ties} near-ties" if ties else "")
+        own = f"{own}; {said}" if own else said
+    return own
 
 
 def rows(result: RunResult) -> list[tuple[str, ...]]:

@@ -226,6 +226,9 @@ class Runner:
         seconds_run = time.perf_counter() - t0
         gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
         m = self._measure(stage, produced, floors, out, done) if produced.outputs is not None else Measured()
+        for check in stage.checks:  # the stage's checks beyond its outputs (generation.check), recorded in extra
+            found, produced.extra[check.name] = check(self.ctx, stage, out, produced, m)
+            m.violations += found
         verdict = self._verdict(stage, out, m, produced.outputs)
         if not any("model.onnx" in st.reads for st in self.stages[self.names.index(stage.name) + 1 :]):
             self.ctx.drop_graphs()  # no later stage generates code from the ONNX

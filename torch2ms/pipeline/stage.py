@@ -57,6 +57,10 @@ class Stage:
     #: it runs in a process of its own when the runner is asked to (``pipeline.own_process``): what it
     #: imports and allocates (torch, for the export) does not stay resident through the later stages
     own_process: bool = False
+    #: checks beyond the outputs' comparison, set on a stage object by what runs it (a generation recipe's
+    #: decode graph: ``generation.check.GenerationCheck``): ``check(ctx, stage, out, produced, measured)``
+    #: returns (violations, its record, kept in ``extra[check.name]``)
+    checks: tuple = ()
 
     def enabled(self, recipe: Recipe) -> bool:
         return True
