@@ -148,8 +148,13 @@ def _missing_bias(em, real, attrs):
 
 @pytest.mark.parametrize(
     "fault",
-    [_padding_off_by_one, _wrong_epsilon, _shuffled_weight, _sign_flip, _missing_bias],
-    ids=["padding_off_by_one", "wrong_epsilon", "shuffled_weight", "sign_flip", "missing_bias"],
+    [
+        pytest.param(_padding_off_by_one, id="padding_off_by_one"),
+        pytest.param(_wrong_epsilon, id="wrong_epsilon"),
+        pytest.param(_shuffled_weight, id="shuffled_weight", marks=pytest.mark.slow),
+        pytest.param(_sign_flip, id="sign_flip"),
+        pytest.param(_missing_bias, id="missing_bias", marks=pytest.mark.slow),
+    ],
 )
 def test_a_conv_fault_fails_the_stage_and_diff_names_the_node(clean_run, tmp_path, monkeypatch, fault):
     _inject(monkeypatch, "ConvBnAct", "torch2ms", TARGET_CONV, fault)

@@ -211,13 +211,13 @@ def kill_and_resume(workdir: Path, uninterrupted: dict, stage: str, attempts: in
     assert not [p.name for p in root.iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("stage", ["export", "fold", "mindir"])
+@pytest.mark.parametrize("stage", ["fold"])
 def test_sigkill_inside_a_stage_then_resume(workdir, uninterrupted, stage):
     kill_and_resume(workdir, uninterrupted, stage)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", ["rebuild", "compile"])
+@pytest.mark.parametrize("stage", ["export", "rebuild", "compile", "mindir"])
 def test_sigkill_inside_a_stage_then_resume_slow(workdir, uninterrupted, stage):
     kill_and_resume(workdir, uninterrupted, stage)
 

@@ -57,7 +57,8 @@ def write_recipe(folder, which: str, trained: tm.Trained, **check) -> object:
     return load_recipe(path)
 
 
-@pytest.fixture(scope="module", params=["digits", "shapes"])
+# the segmentation fixture converts as the digits one does: make test-slow runs it
+@pytest.fixture(scope="module", params=["digits", pytest.param("shapes", marks=pytest.mark.slow)])
 def converted(request, trained, tmp_path_factory):
     which = request.param
     folder = tmp_path_factory.mktemp(which)

@@ -133,6 +133,7 @@ def test_a_server_that_dies_takes_its_running_worker_with_it(zoo_jobs):
         server.close()
 
 
+@pytest.mark.slow
 def test_a_worker_forked_after_its_job_stopped_waiting_is_killed(zoo_jobs):
     """A job that gives up on the server (still importing) goes to a fresh process; the worker the
     server forks for it later must not run beside that one."""
