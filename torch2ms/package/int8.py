@@ -61,6 +61,7 @@ from torch2ms.package.int8_calibration import (  # noqa: F401  (the INT8 plan's 
 from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
 from torch2ms.package.search import NEGLIGIBLE
 from torch2ms.pipeline.markdown import table
+from torch2ms.tasks.boxes import box_iou
 
 DETECTION_IOU = 0.5  # an INT8 box "agrees" at the IoU detection benchmarks count a hit at
 LITE_HEADER = (
@@ -77,14 +78,6 @@ METHOD = (
 
 
 # --- the gate ------------------------------------------------------------------------------------
-
-
-def _box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = lambda x: np.clip(x[:, 2] - x[:, 0], 0, None) * np.clip(x[:, 3] - x[:, 1], 0, None)  # noqa: E731
-    return inter / np.maximum(area(a)[:, None] + area(b)[None] - inter, 1e-12)
 
 
 def _image(outputs: dict, b: int) -> dict:
@@ -106,7 +99,7 @@ def detection_agreement(recipe, outputs: list[dict], reference: list[dict]) -> d
             conf, _, _ = yolo.choose_conf(ref_out[head][b : b + 1], params)
             ref = yolo.detect(_image(ref_out, b), params, conf=conf)[0]
             got = yolo.detect(_image(got_out, b), params, conf=conf)[0]
-            ious = _box_iou(np.asarray(ref["boxes"]).reshape(-1, 4), np.asarray(got["boxes"]).reshape(-1, 4))
+            ious = box_iou(np.asarray(ref["boxes"]).reshape(-1, 4), np.asarray(got["boxes"]).reshape(-1, 4))
             free = np.ones(len(got["boxes"]), bool)
             for i in range(len(ref["boxes"])):
                 cand = np.where((got["classes"] == ref["classes"][i]) & free, ious[i], -1.0)

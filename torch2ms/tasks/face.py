@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from torch2ms.tasks import Task, TaskResult, limited_notes, task
-from torch2ms.tasks.ocr import MATCH_IOU, box_iou
+from torch2ms.tasks.boxes import box_iou
+from torch2ms.tasks.ocr import MATCH_IOU
 
 FACE = 0.6  # facenet-pytorch MTCNN thresholds [0.6, 0.7, 0.7]
 CELL, STRIDE = 12, 2  # P-Net's window and stride (detect_face's generateBoundingBox)

@@ -25,6 +25,7 @@ import numpy as np
 
 from torch2ms.errors import RecipeError
 from torch2ms.tasks import Task, TaskResult, limited_notes, task
+from torch2ms.tasks.boxes import box_iou
 
 BINARY = 0.3  # DB's binarisation threshold (rapidocr DBPostProcess thresh)
 BOX_SCORE = 0.5  # a region's mean probability to count as text (box_thresh)
@@ -61,15 +62,6 @@ def text_boxes(prob: np.ndarray) -> np.ndarray:
         if mask.any() and float(prob[mask > 0].mean()) >= BOX_SCORE:
             boxes.append([*corners.min(axis=0), *corners.max(axis=0)])
     return np.asarray(boxes, np.float64).reshape(-1, 4)
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of ``a`` (n, 4) with every box of ``b`` (m, 4), as ``[x0, y0, x1, y1]``."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = lambda x: np.clip(x[:, 2] - x[:, 0], 0, None) * np.clip(x[:, 3] - x[:, 1], 0, None)  # noqa: E731
-    return inter / np.maximum(area(a)[:, None] + area(b)[None] - inter, 1e-12)
 
 
 def match_boxes(ref: np.ndarray, got: np.ndarray, threshold: float = MATCH_IOU) -> tuple[list[float], int, int]:
