@@ -56,12 +56,11 @@ def test_link_report_replaces_its_own_section(tmp_path):
 
 
 def test_bench_tiny_writes_table_json_and_png(tiny_recipe):
+    """Every variant timed and checked; then two of them alone in a subprocess each for their peak
+    RSS (one subprocess per variant costs its imports: the memory runs are not repeated for all)."""
     _load_commands()
-    result = CliRunner().invoke(
-        app,
-        ["bench", "--recipe", str(tiny_recipe), "--runs", "2", "--warmup", "1", "--no-fusion"],
-        catch_exceptions=False,
-    )
+    args = ["bench", "--recipe", str(tiny_recipe), "--runs", "2", "--warmup", "1", "--no-fusion"]
+    result = CliRunner().invoke(app, [*args, "--no-memory"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     bench_dir = tiny_recipe.parent / "runs" / "tiny" / "bench"
     data = json.loads((bench_dir / "bench.json").read_text())
@@ -73,12 +72,19 @@ def test_bench_tiny_writes_table_json_and_png(tiny_recipe):
             assert "passed" in r["check"] and "rel_error" in r["check"], key
         if r["status"] == "ok":
             assert r["median_ms"] is not None and len(r["samples_ms"]) == 2, key
-            assert r["peak_rss_mb"] and r["peak_rss_mb"] > 0, key
     assert results["torch"]["status"] == "ok" and results["ms_graph_folded"]["status"] == "ok"
     assert (bench_dir / "latency.png").stat().st_size > 1000
     assert "ms_graph_folded" in (bench_dir / "bench.md").read_text()
     assert "## Benchmark" in (bench_dir.parent / "report.md").read_text()
     assert "ms_pynative_plain" in result.output  # the terminal table
+
+    result = CliRunner().invoke(app, [*args, "--variants", "torch,ms_mindir"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    results = json.loads((bench_dir / "bench.json").read_text())["batches"]["1"]
+    assert set(results) == {"torch", "ms_mindir"}
+    for key, r in results.items():
+        assert r["status"] == "ok" and r["peak_rss_mb"] and r["peak_rss_mb"] > 0, key
+        assert r["import_rss_mb"] and r["import_rss_mb"] <= r["peak_rss_mb"], key
 
 
 def test_targets_pick_the_fastest_correct_mindspore_variant():

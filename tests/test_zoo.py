@@ -245,6 +245,7 @@ def test_diff_defaults_to_the_stage_that_kept_its_weights(tiny_zoo):
     assert _default_stage(RunDir(out / "tiny_net")) == "fold"
 
 
+@pytest.mark.slow
 def test_keep_all_keeps_every_weight_copy(tiny_zoo, tmp_path):
     path, out, _, _, _ = tiny_zoo
     assert zoo_cli(path, "--only", "tiny_seg", "--keep", "all", "--out", tmp_path / "all") == 0
