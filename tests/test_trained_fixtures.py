@@ -74,6 +74,7 @@ def test_training_reaches_its_accuracy(trained):
     assert len(trained["digits"].heldout_x) == 360 and trained["shapes"].heldout_x.shape == (32, 3, 32, 32)
 
 
+@pytest.mark.slow
 def test_training_is_deterministic(trained, tmp_path):
     import torch
 

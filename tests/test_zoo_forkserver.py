@@ -109,6 +109,7 @@ def test_a_server_that_is_gone_leaves_the_job_to_a_fresh_process(zoo_jobs):
     assert json.loads((tmp / "forked.json").read_text())["ppid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_takes_its_running_worker_with_it(zoo_jobs):
     tmp, jobs = zoo_jobs
     job = jobs["hangs"]
