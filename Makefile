@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-UV = $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
+UV = $(BIN)/uv pip install -q --python $(BIN)/python
 RECIPE ?= recipes/deeplabv3plus.yaml
 ZOO ?= recipes/zoo/torchvision.yaml
 ZOO_STAMP := $(VENV)/.installed-zoo
@@ -17,22 +17,23 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 # make's commands run as Python does by default, writing a module's .pyc where none is: an environment
 # with PYTHONDONTWRITEBYTECODE=1 (the development machines') hid that importing network.py wrote a __pycache__ into
-# stage folders, which their records hashed (4c58898). Writing them only on first import instead of
-# --compile-bytecode below was no faster: set-up 38 -> 14 s, pytest 383 -> 405 s (fresh clones, one after
-# the other; the suite imports 8061 modules, some in several processes at once).
+# stage folders, which their records hashed (4c58898).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv convert lint test test-slow test-avx2 zoo bench conformance clean
 
 # uv installs what pip would (the same versions, from the same registry) in a third of the time: from a
-# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). --compile-bytecode
-# as pip does: the .pyc files are there before the first of the suite's processes imports torch (above).
+# fresh clone 53 s against 155 s with both caches empty (benchmarks/results/make_test.md). Not with uv's
+# --compile-bytecode, which compiles every module of the 9 GB environment (57 s here): .ci/warm_imports.py
+# imports what torch2ms and the suite use once, in one process, so those .pyc files exist before two
+# pytest workers would both compile torch and MindSpore at once.
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
 	$(UV) -r requirements.txt
 	$(UV) --no-deps -r requirements-nodeps.txt
 	$(UV) --no-deps -e .
+	$(BIN)/python .ci/warm_imports.py
 	touch $(STAMP)
 
 venv: $(STAMP)
