@@ -97,15 +97,15 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
     stage_dir = result.root / "rebuild"
     network = stage_dir / "network.py"
     line = line_of(network, "add = ")
-    assert network.read_text().splitlines()[line - 1].strip() == "add = proj - stem"
+    assert network.read_text().splitlines()[line - 1].strip() == "add = proj - y"
 
     diff = json.loads((stage_dir / "diff.json").read_text())
     first = assert_localized(diff, "/Add", line)
-    assert first["op"] == "Add" and first["code"] == "add = proj - stem" and first["file"] == str(network)
+    assert first["op"] == "Add" and first["code"] == "add = proj - y" and first["file"] == str(network)
     assert first["tensor"] == onnx_node(result.root / "export" / "model.onnx", "/Add").output[0]
     assert first["onnx_nodes"] == [{"node": "/Add", "op": "Add", "attributes": {}}]
     # the failure names the node and its line; diff.md is part of the stage's artifacts
-    assert f"first diverging node: Add '/Add' at {network}:{line} (add = proj - stem)" in status["rebuild"].reason
+    assert f"first diverging node: Add '/Add' at {network}:{line} (add = proj - y)" in status["rebuild"].reason
     record = json.loads((stage_dir / "stage.json").read_text())
     assert (
         record["status"] == "failed"
@@ -131,7 +131,7 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
         "rebuild: 10 tensors of the generated code compared with onnxruntime on 2 sample(s)" in r.stdout
     )  # --stage defaults to the failed one
     assert re.search(r"first diverging node: Add /Add \(computes '.*Add_output_0'\)", r.stdout), r.stdout
-    assert f"  code:   {network}:{line}\n          add = proj - stem\n" in r.stdout, r.stdout
+    assert f"  code:   {network}:{line}\n          add = proj - y\n" in r.stdout, r.stdout
     assert "after it: 6 more tensor(s) out of tolerance, inherited" in r.stdout
     assert json.loads((stage_dir / "diff.json").read_text())["first"]["line"] == line
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torch2ms.codegen.locals import Locals
 from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces, owned, pieces, rename, tokens
 from torch2ms.codegen.scopes import Scope, Scopes
 from torch2ms.converters.api import MS_DTYPES, literal
@@ -27,7 +28,8 @@ class Body:
     init: list[list]
     construct: list[list]
     signature: list[str]
-    entries: list[tuple[int, list[str]]]  # statement index -> local names of its targets
+    # statement index -> local names of its targets, and which top-level assignment of each name
+    entries: list[tuple[int, list[str], list[int]]]
     params: dict[str, str]  # parameter path relative to the instance -> builder parameter key
     attributes: set[str] = field(default_factory=set)  # the names ``__init__`` assigns on self
 
@@ -38,17 +40,20 @@ class _Draft:
 
     scope: Scope
     attrs: Namer
-    names: Namer
+    loc: Locals
     prefix: str  # the module path as a name prefix (encoder_), stripped from stored tensors' names
     raw_prefix: str  # the raw module path with a dot, which weight names of this module start with
-    local: dict[str, str] = field(default_factory=dict)  # builder variable -> local name
     init: list[list] = field(default_factory=list)
     lines: list[list] = field(default_factory=list)
-    entries: list[tuple[int, list[str]]] = field(default_factory=list)
+    entries: list[tuple[int, list[str], list[int]]] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)
     attr_expr: dict[str, str] = field(default_factory=dict)  # builder layer attribute -> expression
     own_tensors: dict[str, str] = field(default_factory=dict)  # builder tensor attribute -> attribute
     primitives: dict[str, str] = field(default_factory=dict)  # a primitive built once -> its attribute
+
+    @property
+    def local(self) -> dict[str, str]:  # builder variable -> local name
+        return self.loc.local
 
     def renames(self) -> dict[str, str]:
         return {**self.attr_expr, **{t: f"self.{n}" for t, n in self.own_tensors.items()}}
@@ -73,10 +78,11 @@ def signature(lines: list[list]) -> list[str]:
 class Bodies:
     """Writes ``Scope.body`` for every class scope, children first, and groups them into classes."""
 
-    def __init__(self, scopes: Scopes, add_class: Callable[[Scope], None]):
+    def __init__(self, scopes: Scopes, add_class: Callable[[Scope], None], roles: dict[str, dict] | None = None):
         self.sc = scopes
         self.b = scopes.b
         self.add_class = add_class  # groups a rendered class scope with the instances that share its code
+        self.roles = roles or {}  # PyTorch class -> the names its forward gives (torch2ms.export.roles)
         self.renamed: list[dict] = []
 
     def render_tree(self, c: Scope) -> None:
@@ -91,18 +97,22 @@ class Bodies:
         """``s.body``: the instance's ``__init__`` and ``construct``, local names throughout."""
         for c in s.children.values():
             self.render_tree(c)
+        cls = self.b.class_name if s.parent is None else self.sc.classes.get(s.module)
         d = _Draft(
             s,
             Namer(CELL_NAMES),
-            Namer({"batch"} if self.sc.batch else set()),
+            Locals(Namer({"batch"} if self.sc.batch else set()), self.roles.get(cls), set()),
             snake(s.module.replace(".", "_")) + "_" if s.module else "",
             f"{s.raw}." if s.raw else "",
         )
         taken = set(d.attrs.taken)
         args, outs, head = self._inputs(d)
+        d.loc.keep.update(outs if s.parent is not None else self.b.returns)
         units = self._units(d)
         done = self.sc.order(units)
         assert len(done) == len(units), f"no order for {s.module!r}"  # settle() made one possible
+        for k in done:
+            self._will_read(d, *units[k][0])
         for k in done:
             self._unit(d, *units[k][0])
         d.lines.append([f"return {', '.join(self._returns(d, outs))}"])
@@ -116,11 +126,11 @@ class Bodies:
         if root:
             ins, outs = [b.var_of[n] for n in b.graph.inputs], []
             for v in ins:  # the recipe's input names (``input``, as PyTorch's forward calls it)
-                d.local[v] = d.names.keep(v) if v in SHADOWABLE else d.names(v)
+                d.loc.argument(v, d.loc.names.keep(v) if v in SHADOWABLE else d.loc.names(v))
         else:
             ins, outs = self.sc.interface(s.members)
             for k, v in enumerate(ins):
-                d.local[v] = d.names("x" if k == 0 else f"x{k}")
+                d.loc.argument(v, d.loc.names("x" if k == 0 else f"x{k}"))
         args = [d.local[v] for v in ins]
         head: list[list] = []
         if self.sc.uses_batch(s):
@@ -132,8 +142,18 @@ class Bodies:
                     args.append("batch")
                 else:
                     head.append([f"batch = {d.local[src]}.shape[0]"])
-            d.local[self.sc.batch] = "batch"
+            d.loc.argument(self.sc.batch, "batch")  # an argument, or the head's first line
         return args, outs, head
+
+    def _will_read(self, d: _Draft, u, access: str | None) -> None:
+        """Count what one unit of ``construct`` reads, before any is written (``Locals.bind``)."""
+        if isinstance(u, int) or u.kind == "inline":
+            for i in [u] if isinstance(u, int) else u.stmts:
+                d.loc.will_read(self.sc.reads[i])
+        elif u.kind == "layer":
+            d.loc.will_read(self.sc.reads[u.stmts[0]])
+        else:
+            d.loc.will_read(self.sc.interface(u.members)[0])
 
     def _units(self, d: _Draft) -> list[tuple[tuple, set[int]]]:
         """What ``construct`` is made of: own statements, inline leaves, child cells (created in
@@ -165,14 +185,14 @@ class Bodies:
 
     def _unit(self, d: _Draft, u, access: str | None) -> None:
         """The lines of one unit of ``construct``."""
-        if isinstance(u, int) or u.kind == "inline":
-            stmts = [u] if isinstance(u, int) else u.stmts
-            hint = None if isinstance(u, int) else u.attr
-            for i in stmts:
-                self._statement(d, i, hint)
+        if isinstance(u, int):
+            self._statement(d, u, None, d.loc.op_role(self.b.statements[u].node.op_type))
+        elif u.kind == "inline":
+            for i in u.stmts:
+                self._statement(d, i, u.attr, d.loc.children.get(u.attr))
         elif u.kind == "layer":
             d.attr_expr[self.sc.layer_of(u)] = access
-            self._statement(d, u.stmts[0], re.sub(r"\W+", "_", access[5:]).strip("_"))
+            self._statement(d, u.stmts[0], re.sub(r"\W+", "_", access[5:]).strip("_"), d.loc.children.get(u.attr))
         else:
             self._call(d, u, access)
 
@@ -180,16 +200,20 @@ class Bodies:
         """``out = self.child(x, ...)``: the call of a child cell."""
         cin, cout = self.sc.interface(u.members)
         call_args = [d.local[v] for v in cin] + (["batch"] if self.sc.batch_arg(u) else [])
+        d.loc.reading(cin)
         hint = re.sub(r"\W+", "_", access[5:]).strip("_")
-        targets = []
-        for j, v in enumerate(cout):
-            d.local[v] = d.names(hint if len(cout) == 1 else f"{hint}_{j}")
-            targets.append(d.local[v])
-            last = u.children[max(u.children, key=lambda k: u.children[k].first)] if u.children else None
-            if u.kind == "container" and last is not None and last.kind == "layer":
-                # a SequentialCell runs its layers itself: its output is the last one's
+        role = d.loc.children.get(u.attr) if len(cout) == 1 else None
+        targets = [
+            d.loc.bind(v, role, role=True) if role else d.loc.bind(v, hint if len(cout) == 1 else f"{hint}_{j}")
+            for j, v in enumerate(cout)
+        ]
+        assigned = dict(zip(targets, d.loc.assign(targets)))
+        last = u.children[max(u.children, key=lambda k: u.children[k].first)] if u.children else None
+        if u.kind == "container" and last is not None and last.kind == "layer":
+            for v in cout:  # a SequentialCell runs its layers itself: its output is the last one's
                 p = self.sc.producer[v]
-                d.entries.append((p, [d.local[v] if t == v else "_" for t in self.b.statements[p].targets]))
+                names = [d.local[v] if t == v else "_" for t in self.b.statements[p].targets]
+                d.entries.append((p, names, [assigned.get(n, -1) for n in names]))
         d.lines.append([f"{', '.join(targets)} = {access}({', '.join(call_args)})"])
 
     def _returns(self, d: _Draft, outs: list[str]) -> list[str]:
@@ -300,26 +324,31 @@ class Bodies:
 
         return PRIMITIVE.sub(hoist, expr)
 
-    def _statement(self, d: _Draft, i: int, hint: str | None) -> None:
+    def _statement(self, d: _Draft, i: int, hint: str | None, role: str | None = None) -> None:
+        """``targets = expr`` for statement ``i``, named after ``role`` (the PyTorch forward's name),
+        else ``hint`` (the module), else its op."""
         st = self.b.statements[i]
+        d.loc.reading(self.sc.reads[i])
         self._references(d, i)
         expr = self._primitives(d, rename(st.expr, d.local, d.renames()))
         live = [t for t in st.targets if t != "_"]
         toks = tokens(expr)
         if len(live) == 1 and len(st.targets) == 1 and len(toks) == 1 and toks[0].type == tokenize.NAME:
             if toks[0].string in d.local.values():  # `y = x`: no statement, y is x
-                d.local[live[0]] = toks[0].string
-                d.entries.append((i, [toks[0].string]))
+                d.loc.alias(live[0], toks[0].string)
+                d.entries.append((i, [toks[0].string], [d.loc.current(toks[0].string)]))
                 return
         base = hint or snake(st.node.op_type)
-        targets = []
-        for j, t in enumerate(st.targets):
-            if t == "_":
-                targets.append("_")
-                continue
-            d.local[t] = d.names(base if len(st.targets) == 1 else f"{base}_{j}")
-            targets.append(d.local[t])
-        d.entries.append((i, targets))
+        one = len(st.targets) == 1
+        targets = [
+            "_"
+            if t == "_"
+            else d.loc.bind(t, role, role=True)
+            if role and one
+            else d.loc.bind(t, base if one else f"{base}_{j}")
+            for j, t in enumerate(st.targets)
+        ]
+        d.entries.append((i, targets, d.loc.assign(targets)))
         line = pieces(f"{', '.join(targets)} = {expr}")
         if st.node.op_type in ("Div", "Mul"):  # a number an operand is divided or multiplied by
             line = [Lit(p.text, "scale") if isinstance(p, Lit) and p.hint == "value" else p for p in line]

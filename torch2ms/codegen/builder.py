@@ -195,9 +195,12 @@ class CodeBuilder:
             return [self.batch_var]
         return [self.batch_var, self.seq_var] if b.batch_moves else [self.seq_var]
 
-    def build(self, header: str, layout: str = "flat", modules: dict[str, str] | None = None) -> GeneratedNetwork:
+    def build(
+        self, header: str, layout: str = "flat", modules: dict[str, str] | None = None, roles: dict | None = None
+    ) -> GeneratedNetwork:
         """The code for the graph: one flat class, or (``layout="modules"``) one class per PyTorch
-        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class)."""
+        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class,
+        ``roles``: PyTorch class -> the names its ``forward`` gives its values)."""
         for node in self.graph.nodes:
             self.emit_node(node)
         # An output the loader folded into a constant (a model returning a Shape) is returned
@@ -222,7 +225,7 @@ class CodeBuilder:
             from torch2ms.codegen.modules import ModuleLayout
 
             try:
-                return ModuleLayout(self, modules or {}).render_file(header)
+                return ModuleLayout(self, modules or {}, roles or {}).render_file(header)
             except Exception as err:  # noqa: BLE001 - a grouping bug must not cost the conversion: flat, and say why
                 net = self.render(header)
                 net.layout = {"layout": "flat", "modules_failed": f"{type(err).__name__}: {err}"}
@@ -303,7 +306,7 @@ class CodeBuilder:
         if formatter:  # each statement at its line of the formatted file
             lines = assign_lines(text)
             for e in tensor_map:
-                e["line"] = lines.get((self.class_name, e["var"]), e["line"])
+                e["line"] = lines.get((self.class_name, e["var"]), [e["line"]])[0]  # flat: one assignment each
         net = GeneratedNetwork(text, self.class_name, self.params, tensor_map, dict(sorted(counts.items())), source)
         net.param_origin = self.param_origin
         return net

@@ -9,26 +9,27 @@ import ast
 import numpy as np
 
 from torch2ms.codegen.scopes import Scope
+from torch2ms.pipeline.divergence.probe import assignments
 
 
-def assign_lines(source: str) -> dict[tuple[str, str], int]:
-    """(class, variable) -> line of the ``construct`` statement assigning it; (class, "") -> the
-    ``def construct`` line (where its arguments come in)."""
-    out = {}
+def assign_lines(source: str) -> dict[tuple[str, str], list[int]]:
+    """(class, variable) -> the lines of ``construct`` assigning it, in ``assignments``' order
+    (then its assignments inside blocks); (class, "") -> the ``def construct`` line (where its
+    arguments come in)."""
+    out: dict[tuple[str, str], list[int]] = {}
     for c in ast.parse(source).body:
         if not isinstance(c, ast.ClassDef):
             continue
         for f in c.body:
             if isinstance(f, ast.FunctionDef) and f.name == "construct":
-                out[(c.name, "")] = f.lineno
-                for a in f.args.args:
-                    out[(c.name, a.arg)] = f.lineno
+                out[(c.name, "")] = [f.lineno]
+                for name, st in assignments(f):
+                    out.setdefault((c.name, name), []).append(f.lineno if st is None else st.lineno)
+                top = set(map(id, f.body))
                 for st in ast.walk(f):
-                    if isinstance(st, ast.Assign):
-                        for t in st.targets:
-                            for n in ast.walk(t):
-                                if isinstance(n, ast.Name):
-                                    out.setdefault((c.name, n.id), st.lineno)
+                    if isinstance(st, ast.Assign) and id(st) not in top:
+                        for n in (n for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                            out.setdefault((c.name, n.id), []).append(st.lineno)
     return out
 
 
@@ -53,18 +54,20 @@ class LineMap:
             for k, flat in s.body.params.items():
                 self.params[k] = b.params[flat]
                 self.sources[k] = flat
-        for i, targets in s.body.entries:
+        for i, targets, assigned in s.body.entries:
             st = b.statements[i]
             inputs = [x for x in st.node.inputs if x and not b.graph.values[x].is_const]
-            for onnx_name, var in zip(st.node.outputs, targets):
+            for onnx_name, var, k in zip(st.node.outputs, targets, assigned):
                 if var == "_":
                     continue
-                line = self.lines.get((cls, var), self.lines.get((cls, "")))
+                lines = self.lines.get((cls, var), self.lines.get((cls, "")))
+                line = lines[min(k, len(lines) - 1)]
                 self.tensor_map.append(
                     {
                         "index": i,
                         "tensor": onnx_name,
                         "var": var,
+                        "assign": k,
                         "line": line,
                         "node": st.node.name,
                         "op": st.node.op_type,

@@ -38,11 +38,11 @@ from torch2ms.converters.api import literal
 class ModuleLayout:
     """The modules layout of one builder's statements (``classes``: module path -> PyTorch class)."""
 
-    def __init__(self, builder, classes: dict[str, str]):
+    def __init__(self, builder, classes: dict[str, str], roles: dict[str, dict] | None = None):
         self.b = builder
         self.scopes = Scopes(builder, classes)
         self.classes = Classes(classes, {builder.class_name, *builder.definitions})
-        self.bodies = Bodies(self.scopes, self.classes.add)
+        self.bodies = Bodies(self.scopes, self.classes.add, roles or {})
 
     def render_file(self, header: str) -> GeneratedNetwork:
         root = self.scopes.tree()

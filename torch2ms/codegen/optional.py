@@ -48,6 +48,9 @@ def without(body: Body, attr: str) -> Without | None:
     if len(init) != 1 or len(calls) != 1 or len(mentions) != 1:
         return None
     (k, m), word = calls[0], re.compile(rf"(?<![.\w]){re.escape(calls[0][1][1])}\b")
+    assigns = re.compile(rf"(\w+, )*{m[1]}(, \w+)* = ")  # its output's name bound again later (rebound):
+    if any(isinstance(line[0], str) and assigns.match(line[0]) for line in body.construct[k + 1 :]):
+        return None  # reading the child's input there would be wrong
     construct = [
         [word.sub(m[2], p) if isinstance(p, str) else p for p in line] if j > k else line
         for j, line in enumerate(body.construct)

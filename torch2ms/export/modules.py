@@ -4,7 +4,8 @@
 the generated classes (``torch2ms.codegen.modules``). ``state_dict`` lists every key with its
 shape and a hash of its values (and of its transpose for a matrix), so ``weight_map.json`` can
 tie a weight the exporter renamed (``onnx::MatMul_123``, a Linear's weight transposed) back to
-its key.
+its key. ``roles`` holds, per PyTorch class, the names its ``forward`` gives its values
+(``torch2ms.export.roles``), which the generated code's locals take.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def array_hash(array: np.ndarray) -> str:
 
 def record_modules(model, out: Path) -> None:
     """Write ``out``/modules.json for ``model`` (a ``torch.nn.Module``)."""
+    from torch2ms.export.roles import module_roles
     from torch2ms.pipeline.workspace import atomic_write_text
 
     modules = {name: type(m).__name__ for name, m in model.named_modules() if name}
@@ -33,5 +35,5 @@ def record_modules(model, out: Path) -> None:
         if a.ndim == 2:
             entry["sha1_t"] = array_hash(a.T)
         state[key] = entry
-    record = {"root": type(model).__name__, "modules": modules, "state_dict": state}
+    record = {"root": type(model).__name__, "modules": modules, "roles": module_roles(model), "state_dict": state}
     atomic_write_text(out / "modules.json", json.dumps(record, indent=1) + "\n")

@@ -47,8 +47,8 @@ class Block(nn.Cell):
         conv1 = self.conv1(x)
         conv2 = self.conv2(conv1)
         add = conv2 + conv1
-        relu = ops.relu(add)
-        return relu
+        out = ops.relu(add)
+        return out
 
 
 class Net(nn.Cell):
@@ -87,9 +87,9 @@ class Net(nn.Cell):
 
     def construct(self, x):
         stem = self.stem(x)
-        stages = self.stages(stem)
-        heads_0 = self.heads[0](stages)
-        heads_1 = self.heads[1](stages)
+        x = self.stages(stem)
+        heads_0 = self.heads[0](x)
+        heads_1 = self.heads[1](x)
         return heads_0, heads_1
 
 

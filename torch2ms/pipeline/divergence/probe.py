@@ -73,21 +73,41 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
-def _hook_assignments(fn: ast.FunctionDef, wanted, owner: str = "") -> None:
+def assignments(fn: ast.FunctionDef) -> list[tuple[str, ast.stmt | None]]:
+    """(name, statement) for each assignment of a name in ``construct``, in order: its arguments
+    first (statement None), then its top-level assignments. The k-th of one name is the k-th
+    assignment ``tensor_map.json``'s ``assign`` counts (``torch2ms.codegen.locals``) and the probe
+    hooks (``_hook_assignments``)."""
+    out: list[tuple[str, ast.stmt | None]] = [(a.arg, None) for a in fn.args.args[1:]]
+    for st in fn.body:
+        if isinstance(st, ast.Assign):
+            out += [(n.id, st) for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return out
+
+
+def _hook_assignments(fn: ast.FunctionDef, wanted, owner: str = "", numbered: bool = False) -> None:
     """Insert ``v = torch2ms_replay(<owner>'v', v)`` into ``fn`` for each ``wanted`` name: at the
     top for an argument (a statement left out as ``y = x`` is its argument x), and after each
-    assignment to it. The inserted statements carry their statement's line number."""
+    assignment to it. ``numbered``: the key says which assignment of the name it follows
+    (``'out#2'``, as ``assignments`` counts), for code that rebinds a name down a chain. The
+    inserted statements carry their statement's line number."""
+    count: dict[str, int] = {}
 
     def hook(name: str, at: ast.stmt) -> ast.stmt:
-        return ast.copy_location(ast.parse(f"{name} = {REPLAY_HOOK}({owner}{name!r}, {name})").body[0], at)
+        k = count[name] = count.get(name, -1) + 1
+        key = f"{name}#{k}" if numbered else name
+        return ast.copy_location(ast.parse(f"{name} = {REPLAY_HOOK}({owner}{key!r}, {name})").body[0], at)
 
-    body = [hook(a.arg, fn.body[0]) for a in fn.args.args[1:] if wanted(a.arg)]
-    for st in fn.body:
-        body.append(st)
-        if isinstance(st, ast.Assign):
-            names = (n.id for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name))
-            body.extend(hook(name, st) for name in names if wanted(name))
-    fn.body = body
+    after: dict[int, list[ast.stmt]] = {}
+    head = []
+    for name, st in assignments(fn):
+        if not wanted(name):
+            count[name] = count.get(name, -1) + 1
+        elif st is None:
+            head.append(hook(name, fn.body[0]))
+        else:
+            after.setdefault(id(st), []).append(hook(name, st))
+    fn.body = head + [x for st in fn.body for x in (st, *after.get(id(st), []))]
 
 
 def load_probe(stage_dir: Path, variables: list[str], tag: str, hook):
@@ -114,9 +134,12 @@ def _build_instrumented(stage_dir: Path, source: str, tree: ast.Module, tag: str
 
 
 def entry_key(entry: dict) -> str:
-    """A tensor_map entry's variable: ``module:var`` in the modules layout (a class's locals are
-    per instance), the variable itself in the flat one."""
-    return f"{entry['module']}:{entry['var']}" if "module" in entry else entry["var"]
+    """A tensor_map entry's variable: ``module:var#k`` in the modules layout (a class's locals are
+    per instance; ``k``: which assignment of the name, 0 for a map written before names were
+    rebound), the variable itself in the flat one."""
+    if "module" not in entry:
+        return entry["var"]
+    return f"{entry['module']}:{entry['var']}#{entry.get('assign', 0)}"
 
 
 class _CellHook:
@@ -141,7 +164,7 @@ def instrument_classes(source: str) -> ast.Module:
             continue
         for f in c.body:
             if isinstance(f, ast.FunctionDef) and f.name == "construct":
-                _hook_assignments(f, lambda name: name != "_", owner="self, ")
+                _hook_assignments(f, lambda name: name != "_", owner="self, ", numbered=True)
     return ast.fix_missing_locations(tree)
 
 
