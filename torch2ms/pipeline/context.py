@@ -34,6 +34,9 @@ class RunContext:
     # its run when it does not depend on the outputs (every stage but the noise floor's): a stage with
     # several candidate outputs (compile's variants) keeps one that passes
     tolerance: Any = None
+    # the task's gate on the running stage's outputs (outputs per sample -> the violation or None), set
+    # with ``tolerance``: compile holds each variant to the task (detection boxes, text) as to the bound
+    task_gate: Callable[[list[dict]], str | None] | None = None
 
     def stage_dir(self, stage: str) -> Path:
         return self.run.stage_dir(stage)

@@ -222,6 +222,7 @@ class Runner:
         memory = StageMemory().start()
         t0, cpu0 = time.perf_counter(), time.process_time()
         self.ctx.tolerance = None if stage.noise_floor else self._tolerance(stage, StageOutput(None), floors)
+        self.ctx.task_gate = None if stage.noise_floor else self._task_gate(floors)
         produced = self._run(stage, out, done)
         seconds_run = time.perf_counter() - t0
         gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
@@ -318,7 +319,7 @@ class Runner:
                 "float32 PyTorch's disagreement with float64",
             )
         else:
-            task_floor = floors.task, "onnxruntime's disagreement with PyTorch"
+            task_floor = self._task_floor(floors)
         m.task_result, task_violation = self._task_check(produced.outputs, ref_out, *task_floor)
         if task_violation:
             m.violations.append(task_violation)
@@ -411,6 +412,14 @@ class Runner:
         if stage.noise_floor:
             return proof.for_export(self.ctx, out / "model.onnx", beyond)
         return proof.for_compiled(self.ctx, stage, beyond, outputs)
+
+    def _task_gate(self, floors: Floors) -> Callable[[list[dict]], str | None]:
+        """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run."""
+        return lambda outputs: self._task_check(outputs, self.ctx.reference()[1], *self._task_floor(floors))[1]
+
+    @staticmethod
+    def _task_floor(floors: Floors) -> tuple[float | None, str]:
+        return floors.task, "onnxruntime's disagreement with PyTorch"
 
     def _task_check(self, outputs, reference, floor: float | None, source: str | None):
         """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if

@@ -55,7 +55,8 @@ class CompileStage(Stage):
         )
         note = f"{e.get('chosen')}: {speed}, compile {e.get('compile_s')} s"
         for f in e.get("check_failures") or []:
-            note += f"; {f['variant']} failed the check ({f['output']}: {f['rel_error']:.3g} > {f['bound']:.3g})"
+            why = f.get("task") or f"{f['output']}: {f['rel_error']:.3g} > {f['bound']:.3g}"
+            note += f"; {f['variant']} failed the check ({why})"
         failed = e.get("graph_kernel_failures") or []
         if failed:
             rule = e.get("graph_kernel_rule")
@@ -71,7 +72,7 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         pynative = self._pynative(ctx, spec, inputs[0])
-        check = VariantCheck(ctx.tolerance, ctx.reference()[1]) if ctx.tolerance is not None else None
+        check = VariantCheck(ctx.tolerance, ctx.reference()[1], ctx.task_gate) if ctx.tolerance is not None else None
         measured = self.measure(ms, spec, src, inputs, names, ctx.log, check=check)
         if measured["fusion"].get("retry"):
             measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log, check)
@@ -248,24 +249,28 @@ class CompileStage(Stage):
 
 class VariantCheck:
     """The stage's check on one variant's outputs: ``tolerance`` (``compare.Tolerance``) against
-    PyTorch's ``reference`` outputs per sample. Calling it returns the failure's record (the worst
-    violating output, its relative error and bound, every violation) or None when the outputs pass.
-    The tensor bounds only: the task check (detection) is the runner's, on the variant kept."""
+    PyTorch's ``reference`` outputs per sample, then the recipe's task (``task_gate``: the runner's,
+    as it checks the variant kept; detection boxes, OCR text, top-1). Calling it returns the failure's
+    record (the worst violating output, its relative error and bound, every violation; ``task`` when
+    the task failed) or None when the outputs pass."""
 
-    def __init__(self, tolerance, reference: list[dict]):
-        self.tolerance, self.reference = tolerance, reference
+    def __init__(self, tolerance, reference: list[dict], task_gate=None):
+        self.tolerance, self.reference, self.task_gate = tolerance, reference, task_gate
 
     def __call__(self, outputs: list[dict]) -> dict | None:
         metrics = compare_outputs(outputs, self.reference)
         failing = [m for m in metrics if self.tolerance.violations(m)]
-        if not failing:
+        task = self.task_gate(outputs) if self.task_gate is not None else None
+        if not failing and task is None:
             return None
-        w = worst(failing)
+        w = worst(failing or metrics)
         return {
             "output": w.name,
             "rel_error": w.rel_error,
             "bound": self.tolerance.bound(w.name)["rel_error"],
-            "violations": [f"output {m.name!r}: {v}" for m in failing for v in self.tolerance.violations(m)],
+            "violations": [f"output {m.name!r}: {v}" for m in failing for v in self.tolerance.violations(m)]
+            + ([f"task: {task}"] if task else []),
+            **({"task": task} if task else {}),
         }
 
 
