@@ -16,8 +16,8 @@ from conftest import write_recipe
 from torch2ms.errors import CheckFailed
 from torch2ms.package import aipp, targets
 from torch2ms.package.build import build_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 IMAGENET = {"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "color": "rgb"}
 SIZE = (64, 96)  # H, W: the photos are resized (Pillow BILINEAR) to it, for both sides
@@ -210,7 +210,7 @@ def test_crop_then_padding(images):
 def tiny_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("aipp")
     recipe = write_recipe(d / "tiny.yaml", preprocess={"resize": [32, 32], **IMAGENET}, check={"samples": 1})
-    result = Runner(load_recipe(recipe), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(recipe), log=lambda m: None).run()
     assert result.passed
     return result, d
 

@@ -35,8 +35,9 @@ from torch2ms.errors import (
     UnsupportedOpsError,
 )
 from torch2ms.graph.load import load_onnx
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -65,7 +66,9 @@ def assert_nothing_looks_complete(root: Path, aborted: str | None = None) -> Non
 
 
 def run_until(recipe_path: Path, until: str = "export", logs: list | None = None):
-    return Runner(load_recipe(recipe_path), log=(logs.append if logs is not None else lambda m: None)).run(until=until)
+    return pipeline_runner(load_recipe(recipe_path), log=(logs.append if logs is not None else lambda m: None)).run(
+        until=until
+    )
 
 
 # Factories the recipes below point at (importable as `test_bad_input:...`: tests/ is on sys.path).
@@ -636,7 +639,7 @@ def test_stage_output_with_inf_fails_that_stage(tmp_path, monkeypatch):
 
     monkeypatch.setattr(FoldStage, "run", fold_with_inf)
     path = write_recipe(tmp_path / "tiny.yaml", check={"samples": 2, "rel_error": 1.0, "cosine": 0.5})
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     write_reports(result)
     status = {s.stage: s.status for s in result.stages}
     assert status == {

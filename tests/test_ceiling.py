@@ -25,8 +25,9 @@ from onnx import numpy_helper
 from test_fault_injection import _inject, _missing_bias, _shuffled_weight, _sign_flip
 
 from torch2ms.errors import EXIT_NOT_CHECKABLE, NotCheckable
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 TARGET = "/k/k.0/Conv"  # the well-conditioned branch's Conv + BatchNorm + ReLU, one ConvBnAct
 
@@ -45,7 +46,7 @@ def _ill_recipe(tmp, factory: str):
 @pytest.fixture(scope="module")
 def ill_run(tmp_path_factory):
     recipe = _ill_recipe(tmp_path_factory.mktemp("ill"), "ill_net")
-    return recipe, Runner(recipe, log=lambda m: None).run(until="compile")
+    return recipe, pipeline_runner(recipe, log=lambda m: None).run(until="compile")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def unevaluated_run(tmp_path_factory):
     recipe = _ill_recipe(tmp_path_factory.mktemp("ill32"), "ill_net")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("torch2ms.export.float64.run", run)
-        return recipe, Runner(recipe, log=lambda m: None).run(until="compile")
+        return recipe, pipeline_runner(recipe, log=lambda m: None).run(until="compile")
 
 
 def _record(result, stage: str) -> dict:
@@ -106,7 +107,7 @@ def _flip_sign_of(node_name: str):
 def test_a_fault_in_the_exported_graph_fails_the_export(ill_run, tmp_path, monkeypatch):
     recipe = _ill_recipe(tmp_path, "ill_net")
     monkeypatch.setattr("torch2ms.stages.export.export_model", _flip_sign_of(TARGET))
-    result = Runner(recipe, out_root=tmp_path / "runs", log=lambda m: None).run(until="export")
+    result = pipeline_runner(recipe, out_root=tmp_path / "runs", log=lambda m: None).run(until="export")
     export, record = result.stages[0], _record(result, "export")
     assert export.status == "failed", record["evidence"]
     # the old rule (the widened bound alone) would have passed it: the error is inside the bound
@@ -160,7 +161,7 @@ def test_a_fault_inside_the_widened_bound_fails(ill_run, tmp_path, monkeypatch, 
     root = tmp_path / "runs"
     shutil.copytree(result.root, root / recipe.name, ignore=shutil.ignore_patterns(".lock"))
     _inject(monkeypatch, "ConvBnAct", "torch2ms", TARGET, fault)
-    rerun = Runner(recipe, out_root=root, log=lambda m: None).run(until="rebuild", from_stage="rebuild")
+    rerun = pipeline_runner(recipe, out_root=root, log=lambda m: None).run(until="rebuild", from_stage="rebuild")
     rebuild = rerun.stages[1]
     record = _record(rerun, "rebuild")
     assert rebuild.status == "failed", record["evidence"]
@@ -181,7 +182,7 @@ def test_a_not_checkable_verdict_is_kept_and_compile_replays_what_fold_did_not_r
     record = json.loads(fold.read_text())
     del record["evidence"]
     fold.write_text(json.dumps(record))
-    rerun = Runner(recipe, out_root=root, log=lambda m: None).run(until="compile", from_stage="compile")
+    rerun = pipeline_runner(recipe, out_root=root, log=lambda m: None).run(until="compile", from_stage="compile")
     assert [s.status for s in rerun.stages[:4]] == ["not checkable", "up to date", "up to date", "passed"]
     assert "check.ceiling" in rerun.stages[0].reason and not rerun.passed
     assert _record(rerun, "export")["seconds"] == _record(result, "export")["seconds"]  # not exported again

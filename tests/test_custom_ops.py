@@ -133,10 +133,10 @@ def _registry_restored():
 
 
 def _runner(recipe_path: Path, **kw):
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
-    return Runner(load_recipe(recipe_path), log=lambda m: None, **kw)
+    return pipeline_runner(load_recipe(recipe_path), log=lambda m: None, **kw)
 
 
 def test_recipe_plugin_registers_and_check_names_its_ops(tmp_path, capsys):
@@ -321,11 +321,11 @@ def test_example_torch_library_op_through_five_stages(tmp_path, monkeypatch):
     stage against PyTorch; the export check runs onnxruntime on the plugin's reference."""
     from conftest import REPO
 
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     recipe = load_recipe(REPO / "examples" / "custom_op" / "silu_mul.yaml")
-    result = Runner(recipe, tmp_path / "runs", log=lambda m: None).run()
+    result = pipeline_runner(recipe, tmp_path / "runs", log=lambda m: None).run()
     assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
     model = onnx.load(str(tmp_path / "runs" / recipe.name / "export" / "model.onnx"))
     assert [(n.domain, n.op_type) for n in model.graph.node if n.domain] == [("t2ms.example", "SiluMul")]

@@ -24,8 +24,9 @@ from torch2ms.compare import Tolerance, compare_arrays
 from torch2ms.converters import api, registry
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
 from torch2ms.pipeline.divergence import _Accumulator, probe_source, statement_lines
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +78,7 @@ def assert_localized(diff: dict, node: str, line: int) -> dict:
 def good_run(tmp_path_factory):
     """A correct conversion up to fold, shared by the read-only tests."""
     path = write_recipe(tmp_path_factory.mktemp("good") / "tiny.yaml")
-    result = Runner(load_recipe(path), log=lambda m: None).run(until="fold")
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run(until="fold")
     assert [s.status for s in result.stages[:3]] == ["passed"] * 3, [
         (s.stage, s.status, s.reason) for s in result.stages
     ]
@@ -91,7 +92,7 @@ def test_wrong_add_is_localized_when_rebuild_fails_and_by_the_cli(tmp_path, monk
     inject(monkeypatch, "Add", wrong_add)
     recipe = write_recipe(tmp_path / "tiny.yaml")
     logs = []
-    result = Runner(load_recipe(recipe), log=logs.append).run(until="fold")
+    result = pipeline_runner(load_recipe(recipe), log=logs.append).run(until="fold")
     status = {s.stage: s for s in result.stages}
     assert status["rebuild"].status == "failed" and status["fold"].status == "not run", logs
     stage_dir = result.root / "rebuild"
@@ -148,7 +149,7 @@ def test_wrong_folded_bias_is_localized_to_that_conv_in_the_fold_stage(tmp_path,
         return (w_f, b_f + 0.5) if w.shape == (8, 8, 3, 3) else (w_f, b_f)  # block's conv only
 
     monkeypatch.setattr(fold_bn, "fold_bn_weights", biased)
-    result = Runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=lambda m: None).run(until="fold")
+    result = pipeline_runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=lambda m: None).run(until="fold")
     status = {s.stage: s.status for s in result.stages}
     assert status["rebuild"] == "passed" and status["fold"] == "failed", status
     network = result.root / "fold" / "network.py"
@@ -180,7 +181,7 @@ def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeyp
         inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
         rebuild={"fuse_conv_bn_act": False},  # keep the aux head's Sigmoid a node of its own (not Conv2dBnAct's)
     )
-    result = Runner(load_recipe(recipe), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(recipe), log=lambda m: None).run(until="rebuild")
     assert result.stages[1].status == "failed"
     network = result.root / "rebuild" / "network.py"
     diff = json.loads((result.root / "rebuild" / "diff.json").read_text())
@@ -198,7 +199,7 @@ def test_a_crashing_localization_never_hides_the_stage_failure(tmp_path, monkeyp
     inject(monkeypatch, "Add", wrong_add)
     monkeypatch.setattr(divergence, "localize", boom)
     logs = []
-    result = Runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=logs.append).run(until="rebuild")
+    result = pipeline_runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=logs.append).run(until="rebuild")
     rebuild = result.stages[1]
     assert rebuild.status == "failed" and rebuild.reason.startswith("output 'output': relative error")
     assert "first diverging node" not in rebuild.reason
@@ -429,7 +430,7 @@ def test_a_wrong_add_is_localized_with_the_references_in_segments(tmp_path, monk
 
     monkeypatch.setattr(divergence._References, "SEGMENT", 1)
     inject(monkeypatch, "Add", wrong_add)
-    result = Runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(write_recipe(tmp_path / "tiny.yaml")), log=lambda m: None).run(until="rebuild")
     assert {s.stage: s.status for s in result.stages}["rebuild"] == "failed"
     network = result.root / "rebuild" / "network.py"
     assert_localized(

@@ -19,9 +19,9 @@ from torch2ms.model_loader import build_model, flatten_outputs
 from torch2ms.package.build import build_bundle
 from torch2ms.package.targets import TARGETS, check_batch
 from torch2ms.package.verify import verify_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_batches
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 SIZES = [1, 2, 4]
 
@@ -84,7 +84,7 @@ def batch_bundle(tmp_path_factory):
         d / "tinyb.yaml", name="tinyb", inputs=[{"name": "input", "shape": [1, 3, 32, 32], "batch": SIZES}]
     )
     recipe = load_recipe(path)
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, d / "dist", log=lambda m: None).path
     return recipe, result, bundle
@@ -169,7 +169,7 @@ def test_a_model_whose_code_cannot_follow_the_batch_is_refused_by_name(tmp_path)
     )
     result = None
     with pytest.raises(Torch2msError, match=r"cannot serve several batch sizes") as err:
-        result = Runner(load_recipe(path), log=lambda m: None).run()
+        result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert result is None and "hint" in str(err.value)
 
 
@@ -185,7 +185,7 @@ def test_the_dynamo_exporter_writes_a_dynamic_batch(tmp_path):
         export={"exporter": "dynamo", "opset": 18},
         inputs=[{"name": "input", "shape": [2, 3, 32, 32], "batch": [1, 2, 4]}],
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     export = next(s.record for s in result.stages if s.stage == "export")
     assert export["extra"]["export_path"]["exporter"] == "dynamo"
@@ -205,7 +205,7 @@ def test_the_dynamo_exporter_refuses_a_dynamic_batch_from_an_example_of_one(tmp_
         inputs=[{"name": "input", "shape": [1, 3, 32, 32], "batch": [1, 2]}],
     )
     with pytest.raises(Torch2msError, match=r"example's is 1 .*give shape\[0\] >= 2"):
-        Runner(load_recipe(path), log=lambda m: None).run()
+        pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert not (tmp_path / "runs" / "dyn1" / "export" / "model.onnx").exists()
 
 
@@ -218,7 +218,7 @@ def test_shape_ops_follow_the_batch(tmp_path):
         model={"factory": "test_dynamic_batch:batch_ops_net"},
         inputs=[{"name": "input", "shape": [1, 3, 8, 8], "batch": [1, 3]}],
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     construct = (result.root / "fold" / "network.py").read_text().split("def construct")[1]
     # the expanded parameter and torch.zeros(x.shape[0], 6), both folded: stored as one row each
@@ -278,7 +278,7 @@ def test_two_inputs_get_one_dynamic_dims_group_each(tmp_path):
             ],
         )
     )
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None).path
     with tarfile.open(bundle) as tar:

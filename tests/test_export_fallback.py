@@ -23,8 +23,8 @@ from torch.nn import functional as F
 from torch2ms.errors import EXIT_USAGE, ModelError
 from torch2ms.export.exporters import DYNAMO_OLDEST, TORCHSCRIPT_NEWEST, export_plan
 from torch2ms.graph.validate import SUPPORTED_OPSETS
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 HAS_ONNXSCRIPT = importlib.util.find_spec("onnxscript") is not None
 NO_ONNXSCRIPT = "the dynamo exporter needs the onnxscript package, which is not installed"
@@ -155,7 +155,7 @@ def test_odd_adaptive_pool_only_the_dynamo_exporter_writes(tmp_path):
     path = _recipe(tmp_path, "odd_pool", [1, 3, 7, 7])
     if not HAS_ONNXSCRIPT:
         with pytest.raises(ModelError) as info:
-            Runner(load_recipe(path), log=lambda m: None).run()
+            pipeline_runner(load_recipe(path), log=lambda m: None).run()
         msg = str(info.value)
         assert "torchscript opsets 17-20: SymbolicValueError: Unsupported: ONNX export of operator " in msg
         assert "output size that are not factor of input size" in msg
@@ -183,7 +183,7 @@ def test_odd_adaptive_pool_only_the_dynamo_exporter_writes(tmp_path):
 def test_no_path_exports_lists_every_reason_and_writes_nothing(tmp_path):
     path = _recipe(tmp_path, "histogram", [1, 1, 4, 4])
     with pytest.raises(ModelError) as info:
-        Runner(load_recipe(path), log=lambda m: None).run()
+        pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert info.value.exit_code == EXIT_USAGE
     msg = str(info.value)
     assert "torch.onnx.export failed for test_export_fallback:histogram on every path (export.exporter: auto):" in msg
@@ -205,7 +205,7 @@ def test_no_path_exports_lists_every_reason_and_writes_nothing(tmp_path):
 def test_pinned_torchscript_fails_with_its_reasons_only(tmp_path):
     path = _recipe(tmp_path, "odd_pool", [1, 3, 7, 7], exporter="torchscript", opset=19)
     with pytest.raises(ModelError) as info:
-        Runner(load_recipe(path), log=lambda m: None).run()
+        pipeline_runner(load_recipe(path), log=lambda m: None).run()
     msg = str(info.value)
     assert "on every path (export.exporter: torchscript):" in msg
     assert "torchscript opsets 19-20: SymbolicValueError" in msg and "dynamo" not in msg.split("hint:")[0]
@@ -217,7 +217,7 @@ def test_pinned_dynamo_is_recorded_and_changing_the_exporter_reexports(tmp_path)
     path = _recipe(tmp_path, "fold_net", [1, 3, 8, 8], exporter="dynamo", opset=18)
     if not HAS_ONNXSCRIPT:
         with pytest.raises(ModelError) as info:
-            Runner(load_recipe(path), log=lambda m: None).run(until="export")
+            pipeline_runner(load_recipe(path), log=lambda m: None).run(until="export")
         assert f"dynamo opset 18: {NO_ONNXSCRIPT}" in str(info.value)
         assert "torchscript" not in str(info.value).split("hint:")[0]
     else:
@@ -244,7 +244,7 @@ def test_pinned_dynamo_is_recorded_and_changing_the_exporter_reexports(tmp_path)
 def test_a_model_that_does_not_load_is_a_failed_path(tmp_path):
     path = _recipe(tmp_path, "unbatched_unfold", [1, 3, 6, 6], opset=19)
     with pytest.raises(ModelError) as info:
-        Runner(load_recipe(path), log=lambda m: None).run()
+        pipeline_runner(load_recipe(path), log=lambda m: None).run()
     lines = [line.strip() for line in str(info.value).splitlines()]
     assert lines[1].startswith("torchscript opsets 19-20: wrote a model that does not load: ")
     assert "Pads has incorrect number of values" in lines[1]

@@ -11,8 +11,8 @@ import numpy as np
 from conftest import write_recipe
 from torch import nn
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 class BakedScale(nn.Module):
@@ -72,7 +72,7 @@ def _run(tmp_path, factory: str):
         model={"factory": f"test_export_verdict:{factory}", "seed": 0},
         inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run(until="export")
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run(until="export")
     return result.stages[0], json.loads((result.root / "export" / "stage.json").read_text())
 
 

@@ -22,6 +22,7 @@ from torch import nn
 from torch2ms.converters import api, registry
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 class _Block(nn.Module):
@@ -70,7 +71,7 @@ def clean_run(tmp_path_factory):
         task="other",
     )
     recipe = load_recipe(path)
-    result = Runner(recipe, log=lambda m: None).run(until="fold")
+    result = pipeline_runner(recipe, log=lambda m: None).run(until="fold")
     return recipe, result
 
 
@@ -106,7 +107,7 @@ def _rerun_rebuild(clean_run, tmp_path):
     recipe, result = clean_run
     root = tmp_path / "runs"
     shutil.copytree(result.root, root / recipe.name, ignore=shutil.ignore_patterns(".lock"))
-    return Runner(recipe, out_root=root, log=lambda m: None).run(until="rebuild", from_stage="rebuild")
+    return pipeline_runner(recipe, out_root=root, log=lambda m: None).run(until="rebuild", from_stage="rebuild")
 
 
 TARGET_CONV = "/late/late.5/conv1/Conv"  # a conv deep in the network, after the Resize
@@ -191,7 +192,6 @@ def test_accumulated_rounding_passes_only_within_the_rule():
 
     from torch2ms.compare import OutputMetrics, Tolerance
     from torch2ms.pipeline.divergence import DiffReport, TensorDiff
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
 
     def m(rel):

@@ -13,8 +13,8 @@ from onnx import numpy_helper
 from test_export_verdict import _run
 from torch import nn
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 class Chain(nn.Module):
@@ -64,7 +64,7 @@ def test_the_wrong_node_upstream_is_named_not_the_ops_after_it(tmp_path, monkeyp
         model={"factory": "test_first_diverging:chain", "seed": 0},
         inputs=[{"name": "input", "shape": [1, 3, 16, 16]}],
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run(until="export")
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run(until="export")
     export = result.stages[0]
     assert export.status == "failed", export.reason
     verdict = json.loads((result.root / "export" / "stage.json").read_text())["extra"]["export_verdict"]

@@ -13,8 +13,8 @@ from conftest import REPO
 
 from torch2ms.package.build import build_bundle
 from torch2ms.package.verify import verify_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 pytest.importorskip("facenet_pytorch")
 
@@ -28,7 +28,7 @@ def test_mtcnn_int8_bundle_keeps_the_faces(net, tmp_path):
     path = tmp_path / f"mtcnn_{net}.yaml"
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe(path)
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None)
     plan = json.loads((result.root / "precision" / "int8_plan.json").read_text())

@@ -40,9 +40,9 @@ from torch2ms.package.emulate_int8 import (
     weight_scales,
 )
 from torch2ms.package.verify import verify_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 SENSITIVE = "/conv_mid/Conv"
 
@@ -165,7 +165,7 @@ def sensitive_recipe(folder: Path, **extra) -> Path:
 def sensitive(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sensitive")
     recipe = load_recipe(sensitive_recipe(folder))
-    result = Runner(recipe, log=lambda m: None).run(until="export")
+    result = pipeline_runner(recipe, log=lambda m: None).run(until="export")
     assert result.stages[0].status == "passed", result.stages[0].reason
     onnx_path, ref_path = result.root / "export" / "model.onnx", result.root / "export" / "reference.npz"
     inputs, reference = split_reference(load_npz(ref_path))
@@ -300,7 +300,7 @@ def test_int8_with_a_dynamic_batch_packages_and_verifies_at_every_size(tmp_path)
     """No CANN or AMCT page limits a quantized model's dynamic batch, so INT8 packages with
     inputs[].batch: ATC gets the profiles for AMCT's deploy ONNX, and the MindIR verifies at every size."""
     path = sensitive_recipe(tmp_path, inputs=[{"name": "input", "shape": [1, 3, 16, 16], "batch": [1, 2, 4]}])
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None).path
     with tarfile.open(bundle) as tar:
@@ -319,7 +319,7 @@ def test_bundle_carries_both_configs_and_the_calibration_set(tmp_path):
     from torch2ms.package.verify import verify_bundle
 
     recipe = load_recipe(sensitive_recipe(tmp_path))
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None)
     tdir = "targets/atlas-200i-dk-a2"
@@ -422,7 +422,7 @@ def test_mindspore_with_the_plan_agrees_with_the_emulation_within_one_step(tmp_p
         quantize={"calibration": "calib.npy", "samples": 4},
     )
     recipe = load_recipe(path)
-    result = Runner(recipe, log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(recipe, log=lambda m: None).run(until="rebuild")
     assert result.passed or result.stages[1].status == "passed", [(s.stage, s.status) for s in result.stages]
     onnx_path = result.root / "export" / "model.onnx"
     inputs, reference = split_reference(load_npz(result.root / "export" / "reference.npz"))
@@ -493,7 +493,7 @@ def test_trained_fixture_int8_bundle(tmp_path, which):
         check={"samples": 1, "task_agreement": 0.999},
         quantize={"calibration": "calib.npy", "samples": 3},
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", precision="int8", log=lambda m: None)
     plan = json.loads((result.root / "precision" / "int8_plan.json").read_text())

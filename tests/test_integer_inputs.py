@@ -173,7 +173,7 @@ def test_sequence_classification_and_embedding_metrics(tmp_path):
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory):
     """tiny_text converted once: int64 token ids, a bool padding mask, an int64 label output."""
-    from torch2ms.pipeline.runner import Runner
+    from torch2ms.stages import pipeline_runner
 
     path = write_recipe(
         tmp_path_factory.mktemp("text") / "text.yaml",
@@ -182,7 +182,7 @@ def text_run(tmp_path_factory):
         model={"factory": "tiny_models:tiny_text", "seed": 0},
         inputs=[{**IDS, "shape": [3, 12]}, {**MASK, "shape": [3, 12], "dtype": "bool", "lengths": [12, 7, 3]}],
     )
-    return path, Runner(load_recipe(path), log=lambda m: None).run()
+    return path, pipeline_runner(load_recipe(path), log=lambda m: None).run()
 
 
 def test_token_ids_and_mask_through_every_stage(text_run):

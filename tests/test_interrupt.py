@@ -27,7 +27,7 @@ from torch2ms.errors import EXIT_INTERRUPTED, EXIT_USAGE, LockedError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import RunDir, signals_held
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 # real conversions killed and resumed, ~1 min; started first under pytest-xdist (conftest.py)
 pytestmark = pytest.mark.heavy
@@ -265,7 +265,7 @@ def test_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
     pid = dead_pid()
     (root / ".lock").write_text(str(pid))
     logs: list[str] = []
-    result = Runner(load_recipe(path), log=logs.append).run(until="export")
+    result = pipeline_runner(load_recipe(path), log=logs.append).run(until="export")
     assert result.stages[0].status == "passed"
     assert f"took over the lock left by pid {pid}, which is no longer running" in logs
     assert not (root / ".lock").exists()
@@ -332,7 +332,7 @@ def test_changed_or_deleted_artifacts_rerun_exactly_the_affected_stages(tmp_path
 
     def run():
         logs: list[str] = []
-        result = Runner(load_recipe(path), log=logs.append).run()
+        result = pipeline_runner(load_recipe(path), log=logs.append).run()
         assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
         return [s.stage for s in result.stages if s.status == "passed"], logs
 
@@ -405,7 +405,7 @@ def test_new_sample_data_in_the_same_file_reruns_export(tmp_path):
     )
 
     def export_status():
-        return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0].status
+        return pipeline_runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0].status
 
     assert export_status() == "passed"
     assert export_status() == "up to date"
@@ -424,7 +424,7 @@ def test_edited_model_source_reruns_export(tmp_path):
     )
 
     def export():
-        return Runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0]
+        return pipeline_runner(load_recipe(path), log=lambda m: None).run(until="export").stages[0]
 
     assert export().status == "passed"
     assert export().status == "up to date"
@@ -465,7 +465,7 @@ def test_ctrl_c_anywhere_before_the_commit_discards_the_partial_folder(tmp_path,
         raise KeyboardInterrupt
 
     monkeypatch.setattr(owner, where, interrupted)
-    runner = Runner(recipe, log=lambda m: None)
+    runner = pipeline_runner(recipe, log=lambda m: None)
     with pytest.raises(KeyboardInterrupt):
         runner.run(until="export")
     root = runner.run_dir.root

@@ -130,11 +130,11 @@ def test_a_loaded_model_gives_its_large_weights_to_the_graph_unchanged(tmp_path,
     what the copying path gives, and a whole conversion must pass with it."""
     from conftest import write_recipe
 
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
-    first = Runner(recipe, log=lambda m: None).run(until="export")
+    first = pipeline_runner(recipe, log=lambda m: None).run(until="export")
     assert first.stages[0].status == "passed"
     onnx_path = first.root / "export" / "model.onnx"
     shapes = {i.name: tuple(i.shape) for i in recipe.inputs}
@@ -149,7 +149,7 @@ def test_a_loaded_model_gives_its_large_weights_to_the_graph_unchanged(tmp_path,
         assert (v.shape, v.dtype, v.is_const) == (w.shape, w.dtype, w.is_const), name
         if v.is_const:
             np.testing.assert_array_equal(v.const, w.const, err_msg=name)
-    result = Runner(recipe, out_root=tmp_path / "again", log=lambda m: None).run(until="fold")
+    result = pipeline_runner(recipe, out_root=tmp_path / "again", log=lambda m: None).run(until="fold")
     assert [s.status for s in result.stages[:3]] == ["passed"] * 3
 
 

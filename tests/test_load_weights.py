@@ -15,9 +15,9 @@ import trained_models as tm
 import yaml
 from conftest import run_cli
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import msutil
+from torch2ms.stages import pipeline_runner
 
 pytestmark = pytest.mark.slow  # a conversion (export, rebuild, fold) and a training: ~100 s on 2 cores
 
@@ -35,7 +35,7 @@ def converted(tmp_path_factory):
         "output": str(d / "runs"),
     }
     recipe.write_text(yaml.safe_dump(data, sort_keys=False))
-    result = Runner(load_recipe(recipe), log=lambda m: None).run(until="fold")
+    result = pipeline_runner(load_recipe(recipe), log=lambda m: None).run(until="fold")
     status = {s.stage: s.status for s in result.stages}
     assert [status[s] for s in ("export", "rebuild", "fold")] == ["passed"] * 3, status
     trained = tm.train_digits(d / "trained.pt")

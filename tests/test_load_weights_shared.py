@@ -16,9 +16,9 @@ import torch
 from conftest import run_cli, write_recipe
 from tiny_models import tiny_encoder
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import msutil
+from torch2ms.stages import pipeline_runner
 
 SHAPE = [2, 3, 16, 16]
 
@@ -34,7 +34,7 @@ def converted(tmp_path_factory):
         inputs=[{"name": "input", "shape": SHAPE}],
         check={"samples": 1},
     )
-    result = Runner(load_recipe(recipe), log=lambda m: None).run(until="fold")
+    result = pipeline_runner(load_recipe(recipe), log=lambda m: None).run(until="fold")
     status = {s.stage: s.status for s in result.stages}
     assert [status[s] for s in ("export", "rebuild", "fold")] == ["passed"] * 3, status
     # weights "trained apart": every float tensor different, so no two keys share values any more

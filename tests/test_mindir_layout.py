@@ -18,9 +18,9 @@ import pytest
 from conftest import run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
 from torch2ms.package.build import build_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import mindir_layout, msutil
+from torch2ms.stages import pipeline_runner
 
 WEIGHTS = f"{mindir_layout.VARIABLES}/data_0"
 
@@ -46,7 +46,7 @@ def split_run(tmp_path_factory):
         d = tmp_path_factory.mktemp("split")
         recipe_path = write_recipe(d / "tiny.yaml", preprocess={"resize": [32, 32]})
         recipe = load_recipe(recipe_path)
-        result = Runner(recipe, log=lambda m: None).run()
+        result = pipeline_runner(recipe, log=lambda m: None).run()
         assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
         bundle = build_bundle(result, d / "dist", precision="fp32", log=lambda m: None).path
     finally:
@@ -86,13 +86,13 @@ def _assert_weights_apart(graph: Path) -> None:
 def test_edited_weights_file_reruns_the_mindir_stage(split_run, weights_apart):
     recipe_path, root, _ = split_run
     recipe = load_recipe(recipe_path)
-    runner = Runner(recipe, log=lambda m: None)
+    runner = pipeline_runner(recipe, log=lambda m: None)
     assert [s.status for s in runner.run().stages] == ["up to date"] * 5
     data = root / "mindir" / WEIGHTS
     raw = bytearray(data.read_bytes())
     raw[-1] ^= 0xFF
     data.write_bytes(bytes(raw))
-    again = Runner(recipe, log=lambda m: None).run()
+    again = pipeline_runner(recipe, log=lambda m: None).run()
     assert [s.status for s in again.stages][-1] == "passed" and again.passed
     assert [s.status for s in again.stages][:4] == ["up to date"] * 4
     assert (root / "mindir" / WEIGHTS).read_bytes() != bytes(raw)

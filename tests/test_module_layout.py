@@ -230,8 +230,8 @@ def test_a_dynamo_export_through_the_export_stage_has_no_wrapper_module(tmp_path
     names."""
     from conftest import write_recipe
 
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     path = write_recipe(
         tmp_path / "net.yaml",
@@ -241,7 +241,7 @@ def test_a_dynamo_export_through_the_export_stage_has_no_wrapper_module(tmp_path
         inputs=[{"name": "x", "shape": [1, 3, 16, 16]}],
         export={"exporter": "dynamo"},
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
     assert [s.status for s in result.stages[:2]] == ["passed", "passed"], [s.reason for s in result.stages[:2]]
     export = json.loads((result.root / "export" / "stage.json").read_text())
     assert export["extra"]["export_path"]["exporter"] == "dynamo"

@@ -11,8 +11,8 @@ import torch
 import yaml
 from conftest import REPO
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 class Converted(torch.nn.Module):
@@ -36,7 +36,7 @@ def converted(tmp_path, key: str):
     data["output"] = str(tmp_path / "runs")
     path = tmp_path / f"mtcnn_{key}.yaml"
     path.write_text(yaml.safe_dump(data))
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
     return msutil.build_network(result.root / "fold", f"mtcnn_{key}")
 

@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from torch2ms.export.onnx_shapes import fix_dimensions
 from torch2ms.package.build import build_bundle
 from torch2ms.package.verify import verify_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe, parse_recipe
+from torch2ms.stages import pipeline_runner
 
 
 def open_batch_onnx(path):
@@ -56,7 +56,7 @@ def test_open_batch_converts_at_the_recipes_batch_and_packages(tmp_path):
         model={"onnx": "open.onnx"},
         inputs=[{"name": "x", "shape": [2, 3]}],
     )
-    result = Runner(load_recipe(recipe), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(recipe), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     written = onnx.load(str(result.root / "export" / "model.onnx"))
     assert [dims(v) for v in written.graph.input] == [[2, 3]]

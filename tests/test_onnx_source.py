@@ -17,9 +17,8 @@ from test_bad_input import cli, flat
 from tiny_models import tiny_net
 
 from torch2ms.errors import OnnxError, RecipeError
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 
 def torch_onnx(path, opset: int, fold: bool, dynamo: bool = False):
@@ -97,7 +96,7 @@ def hand_built_tokens(path):
 
 def run(path, **overrides):
     recipe = write_recipe(path.parent / "r.yaml", **overrides)
-    return Runner(load_recipe(recipe), log=lambda m: None).run()
+    return pipeline_runner(load_recipe(recipe), log=lambda m: None).run()
 
 
 def assert_all_passed(result, exporter="onnx file"):

@@ -20,6 +20,7 @@ from own_process_stages import Killed, Raises, Reports
 from torch2ms.errors import CheckFailed, RecipeError, StageFailed, UnsupportedOpsError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -28,9 +29,9 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]), GLOG
 # The run's own process: export in a child, rebuild here; then which heavy modules this process has.
 PARENT = """
 import json, sys
-from torch2ms.pipeline.runner import Runner
+from torch2ms.stages import pipeline_runner
 from torch2ms.recipe import load_recipe
-result = Runner(load_recipe(sys.argv[1]), log=lambda m: None, own_processes=True).run(until="rebuild")
+result = pipeline_runner(load_recipe(sys.argv[1]), log=lambda m: None, own_processes=True).run(until="rebuild")
 print(json.dumps({"statuses": [s.status for s in result.stages], "torch": "torch" in sys.modules,
                   "mindspore": "mindspore" in sys.modules}))
 """
@@ -55,7 +56,7 @@ def test_export_in_its_own_process_writes_what_one_process_writes_and_torch_stay
     assert seen["mindspore"] and not seen["torch"], seen
 
     one = write_recipe(tmp_path / "one" / "tiny.yaml")
-    result = Runner(load_recipe(one), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(one), log=lambda m: None).run(until="rebuild")
     assert [s.status for s in result.stages][:2] == ["passed", "passed"]
     for stage in ("export", "rebuild"):
         assert stable(tmp_path / "own" / "runs" / "tiny", stage) == stable(result.root, stage), stage

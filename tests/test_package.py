@@ -19,8 +19,8 @@ from conftest import REPO, run_bundle_infer, run_cli, unpack_bundle, write_recip
 from torch2ms.errors import RecipeError
 from torch2ms.package.build import build_bundle, image_geometry
 from torch2ms.package.targets import aipp_cfg
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 PREPROCESS = {"resize": [32, 32], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "color": "rgb"}
 CLASSES = ["cat", "dog", "owl", "fox", "elk"]
@@ -28,7 +28,7 @@ CLASSES = ["cat", "dog", "owl", "fox", "elk"]
 
 def _package(recipe_path: Path, out: Path) -> Path:
     recipe = load_recipe(recipe_path)
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     return build_bundle(result, out, log=lambda m: None).path
 

@@ -14,14 +14,14 @@ from conftest import write_recipe
 
 from torch2ms.errors import CheckFailed
 from torch2ms.pipeline.report import write_reports
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.pipeline.workspace import load_npz
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 
 def run(recipe_path, **kw):
-    result = Runner(load_recipe(recipe_path), log=lambda m: None).run(**kw)
+    result = pipeline_runner(load_recipe(recipe_path), log=lambda m: None).run(**kw)
     write_reports(result)
     return result
 
@@ -310,7 +310,7 @@ def test_checkpoint_weights_are_used(tmp_path):
         tmp_path / "tiny.yaml",
         model={"factory": "tiny_models:tiny_net", "kwargs": {"num_classes": 5}, "checkpoint": "weights.pt"},
     )
-    result = Runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run(until="rebuild")
     assert statuses(result)["rebuild"] == "passed"
     ref = load_npz(result.root / "export" / "reference.npz")
     with torch.no_grad():

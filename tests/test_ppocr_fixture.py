@@ -10,8 +10,8 @@ import yaml
 from conftest import REPO
 
 from torch2ms.errors import RecipeError
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe, parse_recipe
+from torch2ms.stages import pipeline_runner
 
 
 def iou(a, b) -> float:
@@ -41,7 +41,7 @@ def test_detected_text_boxes_match_rapidocrs_pipeline(tmp_path):
     data["output"] = str(tmp_path / "runs")
     path = tmp_path / "ppocr_det.yaml"
     path.write_text(yaml.safe_dump(data))
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
     ref = np.load(result.root / "export" / "reference.npz")
     x, ort_map = ref["input.x"][0], ref[[k for k in ref.files if k.startswith("output.")][0]][0]
@@ -83,7 +83,7 @@ def test_recognised_text_is_rapidocrs(tmp_path):
     data["inputs"][0]["data"] = files
     path = tmp_path / "ppocr_rec.yaml"
     path.write_text(yaml.safe_dump(data))
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     assert [s.status for s in result.stages] == ["passed"] * 5, [(s.stage, s.reason) for s in result.stages]
     net = msutil.build_network(result.root / "fold", "ppocr_rec_fixture")
     decode = engine.text_rec.postprocess_op  # CTCLabelDecode with the model's own character list

@@ -20,9 +20,9 @@ from torch2ms.errors import RecipeError
 from torch2ms.package import fp16
 from torch2ms.package.emulate import Fp16Emulator
 from torch2ms.package.fp16_truth import true_fp16
-from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 SPOT = {"cancel": {"/Add", "/Sub"}, "overflow": {"/big/Conv", "/Mul"}}
 
@@ -42,7 +42,7 @@ def fragile_recipe(folder, kind: str = "cancel", **extra):
 def exported(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     recipe = load_recipe(fragile_recipe(folder, request.param))
-    result = Runner(recipe, log=lambda m: None).run(until="export")
+    result = pipeline_runner(recipe, log=lambda m: None).run(until="export")
     assert result.stages[0].status == "passed", result.stages[0].reason
     onnx_path, ref_path = result.root / "export" / "model.onnx", result.root / "export" / "reference.npz"
     inputs, reference = split_reference(load_npz(ref_path))
@@ -152,7 +152,7 @@ def test_bundle_carries_the_plan(tmp_path):
     from torch2ms.package.build import build_bundle
 
     recipe = load_recipe(fragile_recipe(tmp_path, "overflow"))
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None)
     tdir = "targets/atlas-200i-dk-a2"

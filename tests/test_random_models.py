@@ -28,9 +28,8 @@ from hypothesis import strategies as st
 from random_nets import NEW_KINDS, OLD_KINDS, build, net_specs
 
 from torch2ms.errors import Torch2msError
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import parse_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 EXAMPLES = int(os.environ.get("TORCH2MS_HYPOTHESIS_EXAMPLES", "8"))
 # CI: the same networks every time. A long run explores new ones each time (reproduce one with
@@ -51,7 +50,7 @@ def convert_spec(spec: dict, opset: int, root):
         "compile": {"graph_kernel": "off", "warmup": 0, "runs": 1},
     }
     recipe = parse_recipe(data, "random network", base_dir=root)
-    return Runner(recipe, out_root=root, log=lambda m: None).run()
+    return pipeline_runner(recipe, out_root=root, log=lambda m: None).run()
 
 
 def assert_converts_equivalently(spec: dict, opset: int, root) -> None:

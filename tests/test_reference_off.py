@@ -18,8 +18,8 @@ from conftest import write_recipe
 from onnx import helper, numpy_helper
 from test_diff import inject, wrong_add
 
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def recipe_for(tmp_path):
 
 
 def test_onnxruntimes_own_sigmoid_error_passes_on_float64_evidence(tmp_path):
-    result = Runner(load_recipe(recipe_for(tmp_path)), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(recipe_for(tmp_path)), log=lambda m: None).run(until="rebuild")
     rebuild = result.stages[1]
     assert rebuild.status == "passed", rebuild.reason
     record = json.loads((result.root / "rebuild" / "stage.json").read_text())
@@ -73,7 +73,7 @@ def test_onnxruntimes_own_sigmoid_error_passes_on_float64_evidence(tmp_path):
 
 def test_a_wrong_node_upstream_is_blamed_not_the_sigmoid_after_it(tmp_path, monkeypatch):
     inject(monkeypatch, "Add", wrong_add)
-    result = Runner(load_recipe(recipe_for(tmp_path)), log=lambda m: None).run(until="rebuild")
+    result = pipeline_runner(load_recipe(recipe_for(tmp_path)), log=lambda m: None).run(until="rebuild")
     assert result.stages[1].status == "failed"
     diff = json.loads((result.root / "rebuild" / "diff.json").read_text())
     assert diff["first"]["node"] == "/Add" and diff["wrong"]["node"] == "/Add"

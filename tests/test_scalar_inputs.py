@@ -16,8 +16,8 @@ from torch2ms.errors import RecipeError
 from torch2ms.model_loader import build_model
 from torch2ms.package.build import build_bundle
 from torch2ms.package.verify import verify_bundle
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_runner
 
 INPUTS = [
     {"name": "image", "shape": [1, 3, 8, 8]},
@@ -34,7 +34,7 @@ def scalar_bundle(tmp_path_factory):
             d / "scalar.yaml", name="scalar", task="other", model={"factory": "tiny_models:scaled"}, inputs=INPUTS
         )
     )
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     return recipe, result, build_bundle(result, d / "dist", log=lambda m: None).path
 
 

@@ -113,11 +113,11 @@ def test_tiny_bert_follows_batch_and_length(tmp_path):
     from torch2ms.model_loader import build_model
     from torch2ms.package.build import build_bundle
     from torch2ms.package.verify import verify_bundle
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.runtime import msutil
+    from torch2ms.stages import pipeline_runner
 
     recipe = parse_recipe(bert_recipe(tmp_path), "r.yaml", tmp_path)
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     src = (result.root / "fold" / "network.py").read_text()
     assert "seq = input_ids.shape[1]" in src and "batch = input_ids.shape[0]" in src

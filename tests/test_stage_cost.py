@@ -14,16 +14,15 @@ from scipy.stats import mannwhitneyu
 
 from torch2ms.model_loader import calibration_passes
 from torch2ms.pipeline.report import write_reports
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import latency
 from torch2ms.runtime.memory import StageMemory, process_peak_rss_mb
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 
 def test_every_stage_records_its_seconds_and_peak_rss(tmp_path):
     path = write_recipe(tmp_path / "tiny.yaml")
-    result = Runner(load_recipe(path), log=lambda m: None).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None).run()
     write_reports(result)
     assert result.passed
     for stage in stage_names():
@@ -157,6 +156,6 @@ def test_compile_checks_the_samples_its_warm_up_calls_ran_without_running_them_a
         stage["now"] = name if state == "running" else None
 
     monkeypatch.setattr(msutil, "run_cell", run_cell)
-    result = Runner(load_recipe(path), log=lambda m: None, on_stage=on_stage).run()
+    result = pipeline_runner(load_recipe(path), log=lambda m: None, on_stage=on_stage).run()
     assert result.passed, [(s.stage, s.reason) for s in result.stages]
     assert ran == [after]

@@ -15,10 +15,11 @@ from pathlib import Path
 from conftest import REPO, write_recipe
 
 from torch2ms.pipeline.report import rows, write_reports
-from torch2ms.pipeline.runner import Runner, all_stages
+from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import pipeline_stages
 
 PACKAGE = REPO / "torch2ms"
 
@@ -121,7 +122,7 @@ class SummaryStage(Stage):
 
 def test_a_sixth_stage_runs_skips_resumes_and_reports(tmp_path):
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
-    stages = [*all_stages(), SummaryStage()]
+    stages = [*pipeline_stages(), SummaryStage()]
     SummaryStage.runs = 0
     first = Runner(recipe, log=lambda m: None, stages=stages).run()
     assert [s.status for s in first.stages] == ["passed"] * 6 and SummaryStage.runs == 1

@@ -12,9 +12,8 @@ import pytest
 from conftest import write_recipe
 
 from torch2ms.pipeline.report import write_reports
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 from torch2ms.tasks import TASKS, gate, task_for
 
 RECIPE = SimpleNamespace(task="classification", class_names=None, check=SimpleNamespace(task_agreement=None))
@@ -167,7 +166,7 @@ def test_registry_and_default_gates():
 )
 def test_every_stage_records_its_task_metrics(tmp_path, overrides):
     recipe = load_recipe(write_recipe(tmp_path / "r.yaml", check={"samples": 2, "task_agreement": 0.999}, **overrides))
-    result = Runner(recipe, log=lambda m: None).run()
+    result = pipeline_runner(recipe, log=lambda m: None).run()
     assert result.passed, [(s.stage, s.reason) for s in result.stages]
     for stage in stage_names():
         record = json.loads((result.root / stage / "stage.json").read_text())

@@ -24,9 +24,8 @@ import yaml
 from torch2ms.package.build import build_bundle
 from torch2ms.package.verify import verify_bundle
 from torch2ms.pipeline.report import write_reports
-from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import stage_names
+from torch2ms.stages import pipeline_runner, stage_names
 
 MIN_ACCURACY = {"digits": 0.95, "shapes": 0.95}  # held-out top-1 / pixel accuracy of the trained models
 TASK = {"digits": "classification", "shapes": "segmentation"}
@@ -62,7 +61,7 @@ def write_recipe(folder, which: str, trained: tm.Trained, **check) -> object:
 def converted(request, trained, tmp_path_factory):
     which = request.param
     folder = tmp_path_factory.mktemp(which)
-    result = Runner(write_recipe(folder, which, trained[which]), log=lambda m: None).run()
+    result = pipeline_runner(write_recipe(folder, which, trained[which]), log=lambda m: None).run()
     assert result.passed, [(s.stage, s.status, s.reason) for s in result.stages]
     return which, trained[which], result, folder
 
@@ -147,7 +146,7 @@ def test_the_task_gate_fails_a_stage_that_changes_predictions(trained, tmp_path,
 
     monkeypatch.setattr(fold_bn, "fold_bn_weights", biased)
     recipe = write_recipe(tmp_path, "digits", trained["digits"], rel_error=1.0, cosine=0.5)
-    result = Runner(recipe, log=lambda m: None).run(until="fold")
+    result = pipeline_runner(recipe, log=lambda m: None).run(until="fold")
     status = {s.stage: s for s in result.stages}
     assert status["rebuild"].status == "passed" and status["fold"].status == "failed", status
     record = json.loads((result.root / "fold" / "stage.json").read_text())
