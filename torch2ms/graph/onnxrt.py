@@ -1,7 +1,7 @@
 """Every onnxruntime session torch2ms opens, one named purpose each, and why each runs as it does.
 
 ``session(source, purpose)`` is the only place that builds ``SessionOptions`` or an
-``InferenceSession`` (``tests/test_onnxrt_reference.py`` greps the package for any other). A
+``InferenceSession`` (``tests/graph/test_onnxrt_reference.py`` greps the package for any other). A
 purpose fixes the options that matter: graph optimization level, memory arena, weight prepacking,
 threads and log level.
 
@@ -49,7 +49,7 @@ prepacked copy of the weights (MLAS keeps one per MatMul/Conv weight). Nodes run
 after the whole model, so every activation lives until the end (the peaks of both orders:
 benchmarks/results/design_measurements.md). The order changes
 no value, since each node reads the same inputs either way: the folded constants and inferred
-shapes are identical (tests/test_load_order.py). Its errors reach the user inside torch2ms's own
+shapes are identical (tests/graph/test_load_order.py). Its errors reach the user inside torch2ms's own
 message, so onnxruntime logs only fatal ones.
 
 **EMULATION** keeps every node as written: the fp16 emulator's rounding casts stay, and QDQ stays
