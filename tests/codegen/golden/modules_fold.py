@@ -40,10 +40,10 @@ class Block(nn.Cell):
     def construct(self, x):
         conv1 = self.conv1(x)
         conv2 = self.conv2(conv1)
-        downsample = x
+        identity = x
         if self.downsample is not None:
-            downsample = self.downsample(x)
-        add = conv2 + downsample
+            identity = self.downsample(x)
+        add = conv2 + identity
         relu = ops.relu(add)
         return relu
 
