@@ -192,9 +192,8 @@ def _from_model(model, opts, weights: dict[str, np.ndarray]):
     """A session on ``model``, which is given back as it was. Its large initializers (and those whose
     data ``weights`` holds) go as external data in a temporary file: onnxruntime maps the file
     instead of copying the tensors out of the serialized model, which held the weights twice (the
-    bytes and onnxruntime's tensors: ViT-L/16's 1.2 GB made each shape session 2.4 GB; a 1 GB
-    weight: +2075 MB as bytes, +27 MB mapped, +1052 MB of file pages once a run reads it). The
-    mapping outlives the file."""
+    bytes and onnxruntime's tensors: benchmarks/results/design_measurements.md). The mapping
+    outlives the file."""
     import tempfile
 
     import onnxruntime as ort

@@ -229,7 +229,7 @@ class Runner:
         del produced
         release_freed()  # what the stage freed goes back to the system before the next one runs
         # what is alive now (modules, the run's caches) outlives the stage: later collections skip
-        # it (a full one cost ~0.23 s after torch and MindSpore were imported, a dozen per run);
+        # it (a full one walks all that torch and MindSpore made, a dozen times per run);
         # refcounting still frees it, and the run's end hands it back to the collector
         gc.freeze()
         memory.stop()
