@@ -52,7 +52,6 @@ def convert_graph(
     batch_required: bool = False,
     layout: str = "flat",
     modules: dict[str, str] | None = None,
-    roles: dict[str, dict[str, str]] | None = None,
 ) -> GeneratedNetwork:
     """Analyse every node, then generate code; raises UnsupportedOpsError listing all problems.
 
@@ -60,8 +59,7 @@ def convert_graph(
     in terms of the input's (``torch2ms.codegen.batch``). Where that is impossible the code keeps
     static sizes and ``batch_note`` says why, or, with ``batch_required``, it is an error.
     ``layout``: ``flat`` or ``modules`` (``torch2ms.codegen.modules``; ``modules`` maps module
-    paths to PyTorch class names, ``roles`` to the local names their forward gives their children's
-    results: ``torch2ms.export.modules``)."""
+    paths to PyTorch class names)."""
     problems = analyse(graph)
     if problems:
         from torch2ms.custom.plugins import refusal
@@ -69,13 +67,13 @@ def convert_graph(
         raise UnsupportedOpsError(refusal(format_problems(problems, source, graph.opset)), problems)
     header = header_for(class_name, source, sha, graph.opset, recipe_name, CONVENTIONS)
     if batch is None:
-        return CodeBuilder(graph, class_name).build(header, layout, modules, roles)
+        return CodeBuilder(graph, class_name).build(header, layout, modules)
     try:
-        return CodeBuilder(graph, class_name, batch).build(header, layout, modules, roles)
+        return CodeBuilder(graph, class_name, batch).build(header, layout, modules)
     except BatchDependent as err:
         if batch_required:
             raise batch_error(source, str(err), batch.seq is not None) from None
-        net = CodeBuilder(graph, class_name).build(header, layout, modules, roles)
+        net = CodeBuilder(graph, class_name).build(header, layout, modules)
         net.batch_note = str(err)
         return net
 
@@ -176,7 +174,6 @@ def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
         batch_required=ctx.recipe.batch_sizes() is not None or ctx.recipe.sequence_lengths() is not None,
         layout=ctx.recipe.rebuild.layout,
         modules=record.get("modules", {}),
-        roles=record.get("roles", {}),
     )
     return graph, fired, net, note
 

@@ -13,7 +13,6 @@ from torch import nn
 from codegen.test_module_layout import export
 from torch2ms.codegen.builder import GeneratedNetwork
 from torch2ms.conversion import convert_graph
-from torch2ms.export.modules import module_roles
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import fold_passes, rebuild_passes, run_passes
 
@@ -24,8 +23,7 @@ def generate(model: nn.Module, shape: tuple, layout: str = "modules", fold: bool
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     graph = graph_from_model(proto, opset, {"x": shape})
     run_passes(graph, fold_passes(True) if fold else rebuild_passes(True))
-    roles = module_roles(model)
-    return convert_graph(graph, "Net", "model.onnx", "0" * 64, "test", layout=layout, modules=classes, roles=roles)
+    return convert_graph(graph, "Net", "model.onnx", "0" * 64, "test", layout=layout, modules=classes)
 
 
 def assigned_twice(source: str) -> list[str]:

@@ -167,12 +167,12 @@ class Bodies:
         """The lines of one unit of ``construct``."""
         if isinstance(u, int) or u.kind == "inline":
             stmts = [u] if isinstance(u, int) else u.stmts
-            hint = None if isinstance(u, int) else (len(stmts) == 1 and self._role(d, u)) or u.attr
+            hint = None if isinstance(u, int) else u.attr
             for i in stmts:
                 self._statement(d, i, hint)
         elif u.kind == "layer":
             d.attr_expr[self.sc.layer_of(u)] = access
-            self._statement(d, u.stmts[0], self._role(d, u) or re.sub(r"\W+", "_", access[5:]).strip("_"))
+            self._statement(d, u.stmts[0], re.sub(r"\W+", "_", access[5:]).strip("_"))
         else:
             self._call(d, u, access)
 
@@ -180,7 +180,7 @@ class Bodies:
         """``out = self.child(x, ...)``: the call of a child cell."""
         cin, cout = self.sc.interface(u.members)
         call_args = [d.local[v] for v in cin] + (["batch"] if self.sc.batch_arg(u) else [])
-        hint = (len(cout) == 1 and self._role(d, u)) or re.sub(r"\W+", "_", access[5:]).strip("_")
+        hint = re.sub(r"\W+", "_", access[5:]).strip("_")
         targets = []
         for j, v in enumerate(cout):
             d.local[v] = d.names(hint if len(cout) == 1 else f"{hint}_{j}")
@@ -191,11 +191,6 @@ class Bodies:
                 p = self.sc.producer[v]
                 d.entries.append((p, [d.local[v] if t == v else "_" for t in self.b.statements[p].targets]))
         d.lines.append([f"{', '.join(targets)} = {access}({', '.join(call_args)})"])
-
-    def _role(self, d: _Draft, u: Scope) -> str | None:
-        """The name the PyTorch forward of ``d``'s module gives the result of child ``u``'s call
-        (``identity`` for ``self.downsample(x)``), when it names one."""
-        return self.sc.roles.get(d.scope.module, {}).get(u.attr) if u.parent is d.scope else None
 
     def _returns(self, d: _Draft, outs: list[str]) -> list[str]:
         if d.scope.parent is not None:

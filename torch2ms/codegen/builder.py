@@ -195,12 +195,9 @@ class CodeBuilder:
             return [self.batch_var]
         return [self.batch_var, self.seq_var] if b.batch_moves else [self.seq_var]
 
-    def build(
-        self, header: str, layout: str = "flat", modules: dict[str, str] | None = None, roles: dict | None = None
-    ) -> GeneratedNetwork:
+    def build(self, header: str, layout: str = "flat", modules: dict[str, str] | None = None) -> GeneratedNetwork:
         """The code for the graph: one flat class, or (``layout="modules"``) one class per PyTorch
-        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class;
-        ``roles``: module path -> the local names its forward gives its children's results)."""
+        module structure (``torch2ms.codegen.modules``; ``modules``: module path -> PyTorch class)."""
         for node in self.graph.nodes:
             self.emit_node(node)
         # An output the loader folded into a constant (a model returning a Shape) is returned
@@ -225,7 +222,7 @@ class CodeBuilder:
             from torch2ms.codegen.modules import ModuleLayout
 
             try:
-                return ModuleLayout(self, modules or {}, roles).render_file(header)
+                return ModuleLayout(self, modules or {}).render_file(header)
             except Exception as err:  # noqa: BLE001 - a grouping bug must not cost the conversion: flat, and say why
                 net = self.render(header)
                 net.layout = {"layout": "flat", "modules_failed": f"{type(err).__name__}: {err}"}

@@ -38,9 +38,9 @@ from torch2ms.converters.api import literal
 class ModuleLayout:
     """The modules layout of one builder's statements (``classes``: module path -> PyTorch class)."""
 
-    def __init__(self, builder, classes: dict[str, str], roles: dict[str, dict[str, str]] | None = None):
+    def __init__(self, builder, classes: dict[str, str]):
         self.b = builder
-        self.scopes = Scopes(builder, classes, roles)
+        self.scopes = Scopes(builder, classes)
         self.classes = Classes(classes, {builder.class_name, *builder.definitions})
         self.bodies = Bodies(self.scopes, self.classes.add)
 

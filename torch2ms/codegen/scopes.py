@@ -45,10 +45,9 @@ class Scope:
 class Scopes:
     """The scope tree of one builder, and the dataflow questions asked about its scopes."""
 
-    def __init__(self, builder, classes: dict[str, str], roles: dict[str, dict[str, str]] | None = None):
+    def __init__(self, builder, classes: dict[str, str]):
         b = self.b = builder
         self.classes = classes  # module path -> PyTorch class
-        self.roles = roles or {}  # module path -> {child attribute: the local name its forward gives}
         self.onnx_of = {v: k for k, v in b.var_of.items()}
         self.batch = b.batch_var if b.batch_used else None
         self.layer_names = {name for name, _ in b.layers}

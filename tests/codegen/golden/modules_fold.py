@@ -40,10 +40,10 @@ class Block(nn.Cell):
     def construct(self, x):
         conv1 = self.conv1(x)
         conv2 = self.conv2(conv1)
-        identity = x
+        downsample = x
         if self.downsample is not None:
-            identity = self.downsample(x)
-        add = conv2 + identity
+            downsample = self.downsample(x)
+        add = conv2 + downsample
         relu = ops.relu(add)
         return relu
 
