@@ -96,13 +96,13 @@ def place_one(zoo: str, name: str, out: Path, from_onnx: bool, full_export: bool
     exporter chain alone, or with ``full_export`` the stage itself (its checks against PyTorch)."""
     from torch2ms.ascend.report import ascend_report
     from torch2ms.graph import load_onnx
-    from torch2ms.pipeline.runner import Runner
+    from torch2ms.stages import pipeline_runner
 
     model = next((m for m in zoo_models(zoo) if m.name == name), None)
     if model is None:
         raise SystemExit(f"{zoo}: no model {name!r}")
     recipe = model.recipe
-    runner = Runner(recipe, out / zoo, log=lambda m: print(m, file=sys.stderr))
+    runner = pipeline_runner(recipe, out / zoo, log=lambda m: print(m, file=sys.stderr))
     onnx_path = runner.ctx.artifact("model.onnx")
     t0 = time.perf_counter()
     kept = out / zoo / f"{name}.export.json"  # how the kept ONNX was made, for --replace

@@ -52,8 +52,13 @@ def on_stage(stage, state):
     print("@@" + json.dumps({"event": state, "stage": stage, "t": time.time()}), flush=True)
 print("@@" + json.dumps({"event": "imported", "t": time.time()}), flush=True)
 import inspect
-# as `torch2ms convert`: the export stage in its own process (an older checkout has no such option)
+# as `torch2ms convert`: the export stage in its own process (an older checkout has no such option),
+# over the stage list torch2ms.stages builds (an older checkout's Runner builds it itself)
 own = {"own_processes": True} if "own_processes" in inspect.signature(Runner).parameters else {}
+try:
+    from torch2ms.stages import pipeline_runner as Runner
+except ImportError:
+    pass
 r = Runner(load_recipe(sys.argv[1]), sys.argv[2], log=lambda m: None, on_stage=on_stage, **own)
 res = r.run()
 write_reports(res)

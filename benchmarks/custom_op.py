@@ -30,11 +30,11 @@ LAYERS = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 2), 
 
 
 def converted(recipe_name: str, out: Path) -> Path:
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     recipe = load_recipe(EXAMPLE / f"{recipe_name}.yaml")
-    result = Runner(recipe, out, log=lambda m: print(m, flush=True), own_processes=True).run()
+    result = pipeline_runner(recipe, out, log=lambda m: print(m, flush=True), own_processes=True).run()
     bad = [s.stage for s in result.stages if s.status not in ("passed", "up to date")]
     if bad:
         sys.exit(f"{recipe_name}: stages {bad} did not pass")

@@ -21,10 +21,10 @@ import yaml
 from torch2ms.package import fp16
 from torch2ms.package.emulate import Fp16Emulator, json_error
 from torch2ms.package.fp16_truth import true_fp16
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import writer_of
+from torch2ms.stages import pipeline_runner, writer_of
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -68,7 +68,7 @@ def trained_recipe(folder: Path, which: str, trained, factory: str, task: str, *
 
 def measure(recipe_path: Path, runs: Path | None, bounds: list[float], fractions: list[float]) -> dict:
     recipe = load_recipe(recipe_path)
-    result = Runner(recipe, runs, log=lambda m: print(f"  {m}", flush=True)).run(until="fold")
+    result = pipeline_runner(recipe, runs, log=lambda m: print(f"  {m}", flush=True)).run(until="fold")
     raise_for(result)
     onnx_path, ref_path = (result.root / writer_of(n, recipe) / n for n in ("model.onnx", "reference.npz"))
     inputs, reference = split_reference(load_npz(ref_path))

@@ -75,8 +75,8 @@ def _crop(photo: np.ndarray, x: float, y: float, size: float, side: int) -> np.n
 def run_one(name: str, out: Path) -> dict:
     from torch2ms.package.build import build_bundle
     from torch2ms.package.verify import verify_bundle
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     arrays = rec_lines() if name == "ppocr_rec" else face_crops(24 if name == "mtcnn_rnet" else 48)
     folder = (out / name).resolve()
@@ -91,7 +91,7 @@ def run_one(name: str, out: Path) -> dict:
     data["output"] = str(folder / "runs")
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    result = Runner(load_recipe(path)).run()
+    result = pipeline_runner(load_recipe(path)).run()
     if not result.passed:
         return {"recipe": name, "error": [(s.stage, s.reason) for s in result.stages if s.status != "passed"]}
     bundle = build_bundle(result, folder / "dist", precision="int8")

@@ -27,10 +27,10 @@ from fp16_plan import trained_recipe
 
 from torch2ms.package import int8
 from torch2ms.package.emulate_int8 import Int8Emulator
-from torch2ms.pipeline.runner import Runner, raise_for
+from torch2ms.pipeline.runner import raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe, read_yaml
-from torch2ms.stages import writer_of
+from torch2ms.stages import pipeline_runner, writer_of
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -116,7 +116,7 @@ def label_metric(task: str, logits: np.ndarray, labels: np.ndarray) -> float:
 
 def measure(recipe_path: Path, runs: Path | None, labels: dict | None) -> dict:
     recipe = load_recipe(recipe_path)
-    result = Runner(recipe, runs, log=lambda m: print(f"  {m}", flush=True)).run(until="export")
+    result = pipeline_runner(recipe, runs, log=lambda m: print(f"  {m}", flush=True)).run(until="export")
     raise_for(result)
     onnx_path, ref_path = (result.root / writer_of(n, recipe) / n for n in ("model.onnx", "reference.npz"))
     inputs, reference = split_reference(load_npz(ref_path))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from test_module_layout import export  # noqa: E402
+from codegen.test_module_layout import export  # noqa: E402
 
 MODELS = {
     "deeplabv3plus": ("torch2ms.models.deeplabv3plus:deeplabv3plus", {"num_classes": 21}, (1, 3, 128, 128)),

@@ -1,4 +1,4 @@
-"""An ill-conditioned network for the ceiling tests (``tests/test_ceiling.py``).
+"""An ill-conditioned network for the ceiling tests (``tests/pipeline/test_ceiling.py``).
 
 ``out = (A(h) - B(h)) * 1e5 + 0.01 * K(x)`` with ``h = relu(bn(conv(x)))``: B's weights are A's
 within 1e-5 relative, so the difference is ~1e-5 of each term and float32's rounding of the terms

@@ -1,4 +1,4 @@
-"""Stages for tests/test_own_process.py: light (no torch), importable by the stage's own process."""
+"""Stages for tests/pipeline/test_own_process.py: light (no torch), importable by the stage's own process."""
 
 from __future__ import annotations
 

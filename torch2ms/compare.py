@@ -131,9 +131,9 @@ class MetricsAccumulator:
         self.nan = dict.fromkeys(self.labels, 0)
         self.inf = dict.fromkeys(self.labels, 0)
 
-    # values per pass: each figure's temporaries (float64 copies, the difference) stay ~2 MB, where
-    # whole-array passes over a DeepLabV3+ output pair (11M values) held ~300 MB of them, the
-    # mindir stage's peak; and the passes run in cache: as fast as the whole-array ones (0.14 s)
+    # values per pass: each figure's temporaries (float64 copies, the difference) stay small, where
+    # whole-array passes over a large output pair set the mindir stage's peak; and the passes run in
+    # cache, as fast as whole-array ones (benchmarks/results/design_measurements.md)
     CHUNK = 1 << 18
 
     def add(self, actual, reference) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import ast
 
 import torch
-from test_module_layout import export
 from torch import nn
 
+from codegen.test_module_layout import export
 from torch2ms.codegen.builder import GeneratedNetwork
 from torch2ms.conversion import convert_graph
 from torch2ms.export.roles import module_roles

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_module_layout import Net as NestedNet
-from test_module_layout import check
 from tiny_models import tiny_net
 from torch import nn
 
 from codegen.generate import assigned_twice, generate
+from codegen.test_module_layout import Net as NestedNet
+from codegen.test_module_layout import check
 
 
 class Scaled(nn.Module):

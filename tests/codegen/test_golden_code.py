@@ -20,10 +20,10 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
-from test_module_layout import Net as NestedNet
 from torch import nn
 
 from codegen.generate import assigned_twice, generate
+from codegen.test_module_layout import Net as NestedNet
 from codegen.test_optional_child import TinyResNet
 from torch2ms.codegen.batch import BatchVariant
 from torch2ms.conversion import convert_graph

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from test_module_layout import check, classes_of
 from torch import nn
+
+from codegen.test_module_layout import check, classes_of
 
 
 class Block(nn.Module):

@@ -30,7 +30,7 @@ def _modes(request):
 
 COVERAGE_TEST = "test_every_registration_ran_against_onnxruntime"
 # Set at collection: [every test in this folder runs in this session, and every test of
-# tests/test_fusion.py (which runs the fused torch2ms-domain ops) too], apart from slow ones.
+# tests/passes/test_fusion.py (which runs the fused torch2ms-domain ops) too], apart from slow ones.
 WHOLE_FOLDER: list[bool] = [False, False]
 ON_XDIST_WORKER: list[bool] = [False]
 _DESELECTED: list = []

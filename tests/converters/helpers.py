@@ -173,7 +173,7 @@ RAN: set[tuple[str, str, int]] = set()
 
 def unrun_registrations(ran: set[tuple[str, str, int]], with_fusion: bool) -> list[str]:
     """The converter registrations missing from ``ran``; torch2ms-domain ones (what the fusion passes
-    make, run by tests/test_fusion.py) only ``with_fusion``. A registration no supported opset looks
+    make, run by tests/passes/test_fusion.py) only ``with_fusion``. A registration no supported opset looks
     up (an old Clip below opset 11) cannot run and is not asked for."""
 
     def reachable(r) -> bool:

@@ -36,7 +36,7 @@ def test_every_registered_converter_is_tested():
 
 
 def test_every_registration_ran_against_onnxruntime():
-    """torch2ms-domain registrations (what the fusion passes make) are run by tests/test_fusion.py,
+    """torch2ms-domain registrations (what the fusion passes make) are run by tests/passes/test_fusion.py,
     so they count only when that file ran too. Under pytest-xdist each worker ran part of the
     folder: the controller checks the union of what they ran (tests/conftest.py), not this test."""
     if conftest.ON_XDIST_WORKER[0]:

@@ -4,7 +4,7 @@ Keys are spelled as generated code spells them: ``ops.<function>`` / ``ops.<Prim
 ``nn.<Cell>`` (a layer's class), or a Python operator (``+``, ``x[...]`` is ``getitem``). A value
 is a tuple of CANN op types, or a function of the call's literal keyword arguments and the node's
 shapes/dtypes (``Site``) returning one. ``torch2ms.ascend.table`` then says where each CANN op
-runs. A call missing here is reported as ``unknown`` (and ``tests/test_ascend.py`` fails when a
+runs. A call missing here is reported as ``unknown`` (and ``tests/ascend/test_ascend.py`` fails when a
 converter can emit one).
 
 Sources of the lowerings: MindSpore's primitive names (``mindspore.ops.operations``) and CANN's op

@@ -121,9 +121,10 @@ def batch_recipe(recipe: Recipe, batch: int) -> Recipe:
 def ensure_run(recipe: Recipe, out_root: Path | None, log: Callable[[str], None]):
     """Run (or skip, when up to date) the pipeline; write its report when something ran."""
     from torch2ms.pipeline.report import write_reports
-    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.pipeline.runner import raise_for
+    from torch2ms.stages import pipeline_runner
 
-    result = Runner(recipe, out_root, log=log).run()
+    result = pipeline_runner(recipe, out_root, log=log).run()
     if any(s.status != "up to date" for s in result.stages) or not (result.root / "report.md").exists():
         write_reports(result)
     raise_for(result)

@@ -38,13 +38,12 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
 def _export_for(recipe_path: Path, out: Path | None):
     """The recipe's ONNX, made by the stages up to the one that writes model.onnx (skipped when up to date)."""
     from torch2ms.generation import refuse_unconverted
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
-    from torch2ms.stages import writer_of
+    from torch2ms.stages import pipeline_runner, writer_of
 
     r = load_recipe(recipe_path)
     refuse_unconverted(r, "check")
-    runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
+    runner = pipeline_runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
     result = runner.run(until=writer_of("model.onnx", r))
     for st in result.stages:
         if st.status != "not run":

@@ -25,8 +25,9 @@ def convert(
 
     The stages:"""
     from torch2ms.pipeline.report import print_table, write_reports
-    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.pipeline.runner import raise_for
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     r = load_recipe(recipe)
     setup_cpu(cpu_isa)
@@ -34,7 +35,9 @@ def convert(
         _convert_generation(r, out, from_stage, force, not one_process)
         return
     # the export stage in a process of its own: torch does not stay resident through the later stages
-    runner = Runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=not one_process)
+    runner = pipeline_runner(
+        r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=not one_process
+    )
     status = console.status("starting", spinner="dots")
     current = {}
 

@@ -41,9 +41,10 @@ def package(
     from torch2ms.generation import refuse_unconverted
     from torch2ms.package.build import build_bundle
     from torch2ms.package.targets import get_target
-    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.pipeline.runner import raise_for
     from torch2ms.pipeline.workspace import sha256_file
     from torch2ms.recipe import load_recipe
+    from torch2ms.stages import pipeline_runner
 
     r = load_recipe(recipe)
     refuse_unconverted(r, "package")
@@ -53,7 +54,7 @@ def package(
         from torch2ms.package import int8
 
         int8.calibration_samples(r, log=lambda m: None)
-    runner = Runner(
+    runner = pipeline_runner(
         r,
         runs,
         log=lambda m: console.print(f"[yellow]{m}[/yellow]"),

@@ -37,10 +37,10 @@ def precision(
     With --int8, the same for INT8."""
     from torch2ms.generation import refuse_unconverted
     from torch2ms.package import fp16 as plan_mod
-    from torch2ms.pipeline.runner import Runner, raise_for
+    from torch2ms.pipeline.runner import raise_for
     from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
     from torch2ms.recipe import load_recipe
-    from torch2ms.stages import writer_of
+    from torch2ms.stages import pipeline_runner, writer_of
 
     r = load_recipe(recipe)
     refuse_unconverted(r, "precision")
@@ -51,7 +51,7 @@ def precision(
         int8_plan(r, runs, out)
         return
     until = "fold" if true_fp16 else "export"
-    runner = Runner(
+    runner = pipeline_runner(
         r,
         runs,
         log=lambda m: console.print(f"[yellow]{m}[/yellow]"),

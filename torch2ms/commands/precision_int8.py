@@ -13,11 +13,11 @@ ROWS = 15
 def int8_plan(r, runs: Path | None, out: Path | None) -> None:
     from torch2ms.package import int8
     from torch2ms.package.targets import converter_lite_cfg
-    from torch2ms.pipeline.runner import Runner, raise_for
-    from torch2ms.stages import writer_of
+    from torch2ms.pipeline.runner import raise_for
+    from torch2ms.stages import pipeline_runner, writer_of
 
     int8.calibration_samples(r, log=lambda m: None)  # bad calibration data: named, before any stage runs
-    runner = Runner(
+    runner = pipeline_runner(
         r,
         runs,
         log=lambda m: console.print(f"[yellow]{m}[/yellow]"),

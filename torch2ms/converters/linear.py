@@ -48,9 +48,8 @@ def matmul(em):
 
     A of rank > 2 times a 2-D B (a Linear layer on a sequence) is written as one 2-D matmul
     between reshapes: in GRAPH_MODE MindSpore lowers ``ops.matmul`` of (S, 1, K) x (K, N) to
-    BroadcastTo(B -> (S, K, N)) + BatchMatMul, which for ViT-B/16's qkv projection is a
-    1.4 GB copy of the weight per layer (compile of the whole model reached 18 GB and 16 s per
-    call; PyNative and the 2-D form take 0.3 GB).
+    BroadcastTo(B -> (S, K, N)) + BatchMatMul: a copy of the weight per layer, S times over
+    (benchmarks/results/design_measurements.md).
     """
     a, b = em.shape(0), em.shape(1)
     if len(a) > 2 and len(b) == 2:

@@ -7,7 +7,7 @@ against the PyTorch model in float64 decides it (``pipeline.evidence.for_export`
 
 onnxruntime's CPU provider has no float64 Conv ("Could not find an implementation for Conv(11)"),
 so the float64 graph runs on onnx's own reference evaluator (``onnx.reference``: numpy, every
-standard op, about 3 s for YOLOv8-sized graphs at 640²). The graph is widened first: float32
+standard op, seconds for a detector-sized graph). The graph is widened first: float32
 initializers, inputs, outputs, value infos, ``Cast(to=FLOAT)`` and float constants become float64.
 
 A right graph then differs from PyTorch in float64 only by what ONNX stores in float32 on purpose:

@@ -127,15 +127,16 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
     the generation check; the reference is written first (torch, in this process)."""
     from torch2ms.generation.plan import generation_plan
     from torch2ms.model_loader import build_model
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.pipeline.workspace import write_json
+    from torch2ms.stages import pipeline_runner
 
     root = Path(out_root or recipe.output) / recipe.name
     plan = generation_plan(recipe, build_model(recipe))
     reference = write_reference(recipe, plan, root / "generation")
     write_json(root / "generation" / PLAN, dataclasses.asdict(plan))
     runners = {
-        g: Runner(graph_recipe(recipe, plan, g, write), root, log=log, own_processes=own_processes) for g in GRAPHS
+        g: pipeline_runner(graph_recipe(recipe, plan, g, write), root, log=log, own_processes=own_processes)
+        for g in GRAPHS
     }
     check = GenerationCheck(
         runners["prefill"].run_dir.root,

@@ -133,7 +133,7 @@ _PLAIN = {
 
 def _take_weights(g: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Each initializer of ``onnxrt.EXTERNAL_TENSOR`` bytes or more as a read-only array over its bytes,
-    which leave the proto: the model and the graph held every weight twice (ViT-L/16: 2.4 GB)."""
+    which leave the proto: the model and the graph held every weight twice."""
     taken = {}
     for t in g.initializer:
         plain = t.data_type in _PLAIN and t.data_location != onnx.TensorProto.EXTERNAL and t.HasField("raw_data")
@@ -235,9 +235,8 @@ def _infer_and_fold(model: onnx.ModelProto, graph: Graph, source: str, input_val
             hint="an input that sets a shape, an index or a count must be a constant (an initializer) of the ONNX",
         ) from None
     # the session holds a copy of every weight and what its run freed: gone before shape inference
-    # copies the model again (DeepLabV3+ at 512x512, batch 2: 3.1 GB peak with it kept). Only worth
-    # it for a large model: the garbage collection costs ~0.13 s in a process that imported torch
-    # and MindSpore, 85% of a small graph's load (the per-op tests load ~2500).
+    # copies the model again. Only worth it for a large model: the garbage collection costs most of
+    # a small graph's load in a process that imported torch and MindSpore (design_measurements.md).
     del sess
     if sum(onnxrt.tensor_nbytes(t) for t in model.graph.initializer) > RELEASE_ABOVE_BYTES:
         release_freed()

@@ -1,7 +1,7 @@
 """Every onnxruntime session torch2ms opens, one named purpose each, and why each runs as it does.
 
 ``session(source, purpose)`` is the only place that builds ``SessionOptions`` or an
-``InferenceSession`` (``tests/test_onnxrt_reference.py`` greps the package for any other). A
+``InferenceSession`` (``tests/graph/test_onnxrt_reference.py`` greps the package for any other). A
 purpose fixes the options that matter: graph optimization level, memory arena, weight prepacking,
 threads and log level.
 
@@ -49,7 +49,7 @@ prepacked copy of the weights (MLAS keeps one per MatMul/Conv weight). Nodes run
 after the whole model, so every activation lives until the end (the peaks of both orders:
 benchmarks/results/design_measurements.md). The order changes
 no value, since each node reads the same inputs either way: the folded constants and inferred
-shapes are identical (tests/test_load_order.py). Its errors reach the user inside torch2ms's own
+shapes are identical (tests/graph/test_load_order.py). Its errors reach the user inside torch2ms's own
 message, so onnxruntime logs only fatal ones.
 
 **EMULATION** keeps every node as written: the fp16 emulator's rounding casts stay, and QDQ stays
@@ -192,9 +192,8 @@ def _from_model(model, opts, weights: dict[str, np.ndarray]):
     """A session on ``model``, which is given back as it was. Its large initializers (and those whose
     data ``weights`` holds) go as external data in a temporary file: onnxruntime maps the file
     instead of copying the tensors out of the serialized model, which held the weights twice (the
-    bytes and onnxruntime's tensors: ViT-L/16's 1.2 GB made each shape session 2.4 GB; a 1 GB
-    weight: +2075 MB as bytes, +27 MB mapped, +1052 MB of file pages once a run reads it). The
-    mapping outlives the file."""
+    bytes and onnxruntime's tensors: benchmarks/results/design_measurements.md). The mapping
+    outlives the file."""
     import tempfile
 
     import onnxruntime as ort

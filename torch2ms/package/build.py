@@ -140,7 +140,7 @@ def build_bundle(
     precision: str = "fp16",
     log: Callable[[str], None] = print,
 ) -> Packaged:
-    """Package the run ``Runner(recipe).run()`` returned; every enabled stage must have passed."""
+    """Package the run ``stages.pipeline_runner(recipe).run()`` returned; every enabled stage must have passed."""
     from torch2ms.package.archive import write_archive
 
     recipe, run_root = result.recipe, result.root

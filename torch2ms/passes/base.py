@@ -5,7 +5,7 @@ candidate is left and returns the fire count; the reasons it did not fire are ke
 
 Nodes are found in ``graph.nodes`` by identity (``replace_node`` / ``remove_node``): ``Node`` is a
 dataclass, so ``list.index`` / ``remove`` / ``in`` would compare every field of every node before
-it (on ViT-B/16 that was 4.5 s of the passes' 6.3 s)."""
+it (most of the passes' time on ViT-B/16: benchmarks/results/design_measurements.md)."""
 
 from __future__ import annotations
 

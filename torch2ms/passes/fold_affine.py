@@ -13,8 +13,7 @@ Why it matters beyond speed: MindSpore's CPU ``Mul``/``Add``/``Sub`` kernel, for
 shapes differ where neither is a single element, precomputes two ``size_t`` input indices per
 output element (``input_index1_`` / ``input_index2_``, 16 bytes per element) and keeps them in
 the kernel. In GRAPH_MODE every node has its own kernel, so each such node holds 4x its output's
-size for the life of the compiled graph: RT-DETR's 110 backbone Mul/Add nodes (97M output
-elements) held 3.1 GB.
+size for the life of the compiled graph (RT-DETR's backbone: benchmarks/results/design_measurements.md).
 
 The constant must keep the conv's output shape (size 1 or C on the channel axis, 1 elsewhere);
 ``x - c`` folds, ``c - x`` and ``Div`` are left alone.

@@ -84,7 +84,8 @@ class RunContext:
         overrides dimension 0 of the inputs it names, ``seq`` dimension 1. A load that failed
         (``OnnxError``: the same file at the same sizes fails the same way) is not tried again: a
         later stage gets the same error at once. A ViT traced with its batch as a constant fails at
-        batch 2 in the rebuild stage, and loading it again in fold cost ViT-B/16 1 GB and 2 s."""
+        batch 2 in the rebuild stage, and loading it again in fold would cost the memory and time
+        of a second load."""
         from torch2ms.errors import OnnxError
         from torch2ms.graph import load_onnx
         from torch2ms.pipeline.workspace import sha256_file

@@ -2,8 +2,8 @@
 
 The export stage runs the PyTorch model: torch and its allocator, the traced graph, onnxruntime's
 session and PyTorch's float64 copy of the model. In one process they stayed resident through the four
-MindSpore stages after it: RT-DETR at 640x640 peaked at 3.31 GB with them, and its rebuild..mindir
-peaked at 2.50 GB in a process that never imported torch (docs/troubleshooting.md). So a stage that
+MindSpore stages after it, where a process that never imported torch peaks far lower
+(benchmarks/results/design_measurements.md, docs/troubleshooting.md). So a stage that
 declares ``own_process`` runs, when the runner is asked to (``Runner(own_processes=True)``, which
 ``torch2ms convert`` is), in ``python -m torch2ms.pipeline.stage_process``:
 
@@ -19,7 +19,7 @@ declares ``own_process`` runs, when the runner is asked to (``Runner(own_process
   its partial folder goes.
 
 The cost is the child's imports: the export stage imports torch either way, so only the parent's
-later imports (onnx, onnxruntime: ~0.3 s) are paid twice.
+later imports (onnx, onnxruntime) are paid twice.
 """
 
 from __future__ import annotations

@@ -31,15 +31,7 @@ from torch2ms.recipe import Recipe
 from torch2ms.runtime.cpu import cpu_choice
 from torch2ms.runtime.memory import StageMemory, release_freed
 
-__all__ = ["Runner", "RunResult", "StageResult", "all_stages", "raise_for"]  # the run's results live in result.py
-
-
-def all_stages() -> list[Stage]:
-    """The default stage list of a ``Runner`` not given one: ``torch2ms.stages.PIPELINE``'s. The one
-    place the pipeline layer reaches up to the stages; everything else asks the runner's list."""
-    from torch2ms.stages import pipeline_stages
-
-    return pipeline_stages()
+__all__ = ["Runner", "RunResult", "StageResult", "raise_for"]  # the run's results live in result.py
 
 
 @dataclass
@@ -76,7 +68,8 @@ class Runner:
         out_root: Path | None = None,
         log: Callable[[str], None] = print,
         on_stage: Callable[[str, str], None] | None = None,
-        stages: list[Stage] | None = None,
+        *,
+        stages: list[Stage],
         own_processes: bool = False,
     ):
         from torch2ms.custom import plugins
@@ -91,7 +84,7 @@ class Runner:
         self.run_dir = RunDir(root / recipe.name)
         self.ctx = RunContext(recipe, self.run_dir, log=log)
         self.on_stage = on_stage or (lambda stage, state: None)
-        self.stages = stages if stages is not None else all_stages()
+        self.stages = stages
         self.names = [st.name for st in self.stages]
         self.ctx.stages = self.stages
         self.versions = framework_versions()
@@ -237,7 +230,7 @@ class Runner:
         del produced
         release_freed()  # what the stage freed goes back to the system before the next one runs
         # what is alive now (modules, the run's caches) outlives the stage: later collections skip
-        # it (a full one cost ~0.23 s after torch and MindSpore were imported, a dozen per run);
+        # it (a full one walks all that torch and MindSpore made, a dozen times per run);
         # refcounting still frees it, and the run's end hands it back to the collector
         gc.freeze()
         memory.stop()

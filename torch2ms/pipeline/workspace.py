@@ -56,7 +56,7 @@ def signals_held():
             raise KeyboardInterrupt(signal.Signals(caught[0]).name)
 
 
-# sha256 per file identity: a run hashes model.onnx and network.ckpt (160 MB each for DeepLabV3+)
+# sha256 per file identity: a run hashes model.onnx and network.ckpt (each the model's weights)
 # in several places. Any write to a file sets its ctime to the kernel's coarse clock, which nothing
 # can set back, and a rename over it changes the inode; a file is remembered only once its ctime is
 # older than a clock tick, so a later write within the same tick cannot keep the same key.

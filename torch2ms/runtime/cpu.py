@@ -3,8 +3,8 @@
 Why: MindSpore 2.10 bundles oneDNN 3.10 and asks it for convolutions on plain NCHW tensors. On
 a CPU with AVX-512, oneDNN then picks its ``jit_uni_ncsp`` implementation, which runs every
 convolution that is not a stride-1 1x1 through ``ref:any``, its reference C++ loops
-(ONEDNN_VERBOSE shows ``jit_uni_ncsp:conv+ref:any``): ResNet-50 GRAPH_MODE took 5-8 s per image
-instead of ~0.1-0.15 s. Capped at AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``) it uses ``gemm:jit``
+(ONEDNN_VERBOSE shows ``jit_uni_ncsp:conv+ref:any``), tens of times slower. Capped at AVX2
+(``ONEDNN_MAX_CPU_ISA=AVX2``) it uses ``gemm:jit``
 (im2col + AVX2 sgemm) for every convolution. PyTorch and onnxruntime are not affected.
 Measurements: benchmarks/README.md. oneDNN reads the variable once, so it has to be in the
 environment before ``import mindspore``. ``configure_cpu()`` does that:

@@ -19,8 +19,8 @@ It also stops, after ``min_rounds``, once no outcome of the rounds left can deci
 other, p after ``max_rounds`` would stay above ``alpha``. Those rounds could not change what the
 record states (undecided at ``alpha`` within ``max_rounds``), so the confidence is the same as
 timing them; only which of two equally fast variants has the lower median could change, and the
-record says neither is faster. On a loaded machine (DeepLabV3+ at 512x512: 10 rounds, p = 0.66,
-~3 s CPU per round) this ends the search after about half the rounds.
+record says neither is faster. On a loaded machine this ends the search after about half the
+rounds (benchmarks/results/design_measurements.md).
 """
 
 from __future__ import annotations

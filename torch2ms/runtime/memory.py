@@ -66,7 +66,8 @@ def release_freed() -> None:
 
 def trim_heap() -> None:
     """glibc's ``malloc_trim`` alone (``release_freed`` without its garbage collection, which costs
-    ~0.2 s once torch and MindSpore are imported): after a native library freed large buffers."""
+    a walk of every object once torch and MindSpore are imported): after a native library freed
+    large buffers."""
     import ctypes
     import ctypes.util
 

@@ -33,9 +33,8 @@ def mindspore():
 def _synchronous_pynative(ms) -> None:
     """PyNative waits for each op to finish (``ms.runtime.launch_blocking()``) instead of queueing it
     to MindSpore's dispatch threads, which spin while they wait. On a CPU the queue overlaps nothing,
-    and an op's error is raised at the statement that called it. Measured on 2 cores, a
-    small convolution net called 200 times in PyNative: 14.0 -> 6.6 s of CPU, 7.1 -> 3.4 s wall; the
-    fault-injection tests (diff's PyNative replay): 26.9 -> 19.5 s of CPU. GRAPH mode is unchanged."""
+    and an op's error is raised at the statement that called it. PyNative then costs less CPU and
+    wall time (benchmarks/results/design_measurements.md); GRAPH mode is unchanged."""
     ms.runtime.launch_blocking()
 
 

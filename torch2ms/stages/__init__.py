@@ -1,6 +1,9 @@
 """The stages, in pipeline order: the one list a new stage is added to."""
 
+from __future__ import annotations
+
 from torch2ms.pipeline import stage
+from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.stage import Stage
 from torch2ms.stages.compile import CompileStage
 from torch2ms.stages.export import ExportStage
@@ -25,9 +28,16 @@ def pipeline_stages() -> list[Stage]:
     return [cls() for cls in PIPELINE]
 
 
+def pipeline_runner(recipe, out_root=None, **options) -> Runner:
+    """A ``Runner`` over a fresh ``PIPELINE``: how a recipe is converted (the commands, the zoo, the
+    bench, the tests). ``options`` are the runner's (``log``, ``on_stage``, ``own_processes``); the
+    pipeline layer never picks its stages itself."""
+    return Runner(recipe, out_root, stages=pipeline_stages(), **options)
+
+
 def writer_of(artifact: str, recipe, stages: list[Stage] | None = None, first: bool = False) -> str:
     """``pipeline.stage.writer_of`` over ``stages`` (default: ``PIPELINE``'s)."""
     return stage.writer_of(artifact, recipe, pipeline_stages() if stages is None else stages, first)
 
 
-__all__ = ["PIPELINE", "stage_names", "localized_stages", "pipeline_stages", "writer_of"]
+__all__ = ["PIPELINE", "stage_names", "localized_stages", "pipeline_stages", "pipeline_runner", "writer_of"]

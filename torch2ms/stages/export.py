@@ -38,7 +38,7 @@ class ExportStage(Stage):
     writes = ("model.onnx", "reference.npz", "modules.json")  # modules.json: from a PyTorch source only
     noise_floor = True
     # torch, the traced graph and PyTorch's float64 copy of the model leave with its process: in one
-    # process they stayed resident through the four MindSpore stages (RT-DETR 640x640: 3.31 -> 2.6 GB)
+    # process they stayed resident through the four MindSpore stages (design_measurements.md)
     own_process = True
 
     def config(self, recipe) -> dict:

@@ -70,7 +70,7 @@ def render_markdown(rows: list[OpRow] | None = None) -> str:
         "# Supported operators",
         "",
         "Generated from the converter registry by `torch2ms ops --write docs/operators.md`; do not edit by hand",
-        "(`tests/test_ops_table.py` fails when this file is out of date).",
+        "(`tests/tools/test_ops_table.py` fails when this file is out of date).",
         "",
         f"{len(onnx_ops)} ONNX op types, for models of opset {SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1}.",
         "A converter serves every opset from its first one until the next converter of the same op takes over.",

@@ -54,7 +54,7 @@ def run_local(jobs: list[dict], parallel: int, on_done: OnDone) -> None:
 def _fork_server(jobs: list[dict]) -> ForkServer | None:
     """The batch's fork server (``zoo.forkserver``), started here in the main thread (it dies with
     the thread that started it). None for a batch of one model, whose fresh worker imports only what
-    it needs (an up-to-date model: 0.4 s, against the server's 4 s of imports), or when the server
+    it needs (an up-to-date model imports far less than the server), or when the server
     cannot start: fresh workers then."""
     if len(jobs) < 2:
         return None

@@ -1,8 +1,8 @@
 """Zoo workers forked from a process that has already imported torch, MindSpore and onnxruntime.
 
-Why: a fresh worker process spends 3-4 s of CPU importing torch, torchvision, MindSpore, onnx,
-onnxruntime and torch2ms before its first stage, the same for every model (``python -X importtime``
-of a conversion: 3.5 s). The local executor therefore starts one server per batch,
+Why: a fresh worker process spends seconds of CPU importing torch, torchvision, MindSpore, onnx,
+onnxruntime and torch2ms before its first stage, the same for every model
+(benchmarks/results/design_measurements.md). The local executor therefore starts one server per batch,
 ``python -m torch2ms.zoo.forkserver``, that imports them once and forks a worker per model.
 
 A forked worker is the worker a fresh process would be:

@@ -40,8 +40,8 @@ def main(job_path: str) -> int:
     os.environ.setdefault("GLOG_v", "3")
 
     from torch2ms.pipeline.report import write_reports
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import parse_recipe
+    from torch2ms.stages import pipeline_runner
     from torch2ms.zoo.disk import prune
     from torch2ms.zoo.files import write_status
 
@@ -62,7 +62,9 @@ def main(job_path: str) -> int:
     t0 = time.perf_counter()
     try:
         recipe = parse_recipe(job["recipe"], job["source"], job["base_dir"])
-        runner = Runner(recipe, Path(job["out_root"]), log=lambda m: print(f"[zoo] {m}", flush=True), on_stage=on_stage)
+        runner = pipeline_runner(
+            recipe, Path(job["out_root"]), log=lambda m: print(f"[zoo] {m}", flush=True), on_stage=on_stage
+        )
         result = runner.run()
         write_reports(result)
     except Exception as err:  # a stage raised: the model failed, the worker did its job

@@ -158,8 +158,8 @@ def _run_and_replay(model, stage_dir: Path, stage: str, compared: list[dict], sa
     try:
         for sample in samples:
             with _References(model, names, sample) as reference:
-                # one probe network at a time, built once onnxruntime's values are there: RT-DETR's
-                # two held 0.66 GB beside each other (a second sample builds them again, ~1 s each)
+                # one probe network at a time, built once onnxruntime's values are there: two of a
+                # large model's held beside each other cost more than building one again per sample
                 for stream in (run, replay):
                     network = probe(stream)
                     stream.start(reference)

@@ -179,8 +179,8 @@ def load_class_probe(stage_dir: Path, tag: str, hook: _CellHook):
 class _Stream:
     """The probe's hook for one pass over a sample: each compared statement's value is added to its
     tensor's metrics as it is computed and then let go, so a sample holds onnxruntime's values and
-    the network's live tensors only (keeping every computed value for the end made RT-DETR's replay
-    peak at 10 GB). A statement that runs more than once (a module called twice) takes its
+    the network's live tensors only (keeping every computed value for the end multiplied a large
+    model's replay peak). A statement that runs more than once (a module called twice) takes its
     entries in order. With ``replay``, it hands the next statements onnxruntime's value of the
     same tensor, in the computed value's dtype (the computed one where the shapes differ)."""
 

@@ -14,8 +14,9 @@ class _References(dict):
     graph at a time (``SEGMENT``). Above ``IN_MEMORY`` bytes in all they wait on disk (one ``.npy``
     each, memory-mapped when a statement reads one) while MindSpore runs both passes.
 
-    RT-DETR at 640² has 2.5 GB of them: one run returning them all held them at once (+2.2 GB, the
-    rebuild and fold stages' peak), and the heap kept most of it after they went to disk. So each
+    One run returning them all held them at once (the rebuild and fold stages' peak on a detector,
+    benchmarks/results/design_measurements.md), and the heap kept most of it after they went to
+    disk. So each
     segment (consecutive nodes whose compared outputs make about ``SEGMENT`` bytes, by ONNX shape
     inference) runs as a model of its own, whose inputs are the values earlier segments computed
     (kept, on disk past ``IN_MEMORY``, while a later node reads them) and whose outputs are its

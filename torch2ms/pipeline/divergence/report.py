@@ -13,7 +13,7 @@ from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 
 # A node is wrong when its output, computed from onnxruntime's own inputs, leaves this share of
 # the tolerance: a correct float32 op differs by ~1e-7..1e-6 relative, and each injected fault
-# (tests/test_fault_injection.py) by far more than 1e-5.
+# (tests/pipeline/test_fault_injection.py) by far more than 1e-5.
 LOCAL_SHARE = 0.1
 REPLAY_HOOK = "torch2ms_replay"  # no leading "__": the hook is called inside a class (name mangling)
 
