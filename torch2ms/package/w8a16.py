@@ -12,7 +12,7 @@ quantizing the lm_head leaves the embedding's float copy as it was).
 **Method.** A strategy of the precision planner (``precision.py``), its layers the dense layers by
 path (the same in both graphs). The emulator (``W8A16Emulator``) loads each layer's fake-quantized
 weight (``w8a16_cell.fake_quantized``: the float32 weight ``Int8Dense`` computes) or its float one
-into the fold cells and runs the generation check's greedy loop (``generation.loop``) in PyNative,
+into the fold cells and runs the generation check's greedy loop (``generation.loop``) in GRAPH_MODE,
 teacher-forced on fp32 PyTorch's tokens (``generation/reference.npz``: transformers' ``generate``), a
 *sample* being one batch of the recipe's prompts. ``judge``: a plan meets the gate when the share
 of teacher-forced steps whose top-1 token is the reference's is at least
@@ -40,7 +40,7 @@ from torch2ms.pipeline.markdown import table
 GRAPHS = ("prefill", "decode")
 PLAN_FILE = "w8a16_plan.json"
 METHOD = (
-    "the fold stage's MindSpore cells in PyNative, every Linear (nn.Dense) weight either float32 or int8 "
+    "the fold stage's MindSpore cells in GRAPH_MODE, every Linear (nn.Dense) weight either float32 or int8 "
     "(symmetric, per output channel, scale max|w|/127) dequantized to float32; greedy decoding teacher-forced "
     "on fp32 PyTorch's tokens"
 )
@@ -86,7 +86,7 @@ class W8A16Emulator:
         from torch2ms.runtime import msutil
 
         ms = msutil.mindspore()
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms.set_context(mode=ms.PYNATIVE_MODE)  # built as the fold stage builds them; run in GRAPH_MODE
         self.ms, self.plan, self.reference = ms, plan, reference
         cells = {g: msutil.build_network(Path(run_root) / g / "fold", f"w8a16_{g}") for g in GRAPHS}
         layers = {g: dense_layers(c) for g, c in cells.items()}
@@ -99,7 +99,10 @@ class W8A16Emulator:
         self.float = [p[0].asnumpy() for p in self.params]
         self.int8 = [fake_quantized(w) for w in self.float]
         self.cells = cells
-        self.runner = _cell_runner(ms, cells, None)
+        # GRAPH_MODE without graph-kernel fusion, as the mindir stage exports: compiled once per graph, a
+        # weight loaded with Parameter.set_data is the compiled graph's next input (PyNative would
+        # dispatch every op of every decode step of every emulation)
+        self.runner = _cell_runner(ms, cells, (False, "", None))
         self.low: frozenset[int] = frozenset()
         self.runs = 0
 
@@ -129,7 +132,7 @@ class W8A16Emulator:
 def judge(recipe, outputs: list, reference: list) -> dict:
     """Teacher-forced runs against the reference's batches: top-1 agreement, the worst step's logits
     error, and whether the agreement meets ``precision.w8a16_top1_agreement``."""
-    from torch2ms.generation.compare import step_errors
+    from torch2ms.generation.compare import step_errors, top2_gaps
     from torch2ms.generation.loop import Generated
 
     ref = Generated(np.concatenate([r.tokens for r in reference]), np.concatenate([r.logits for r in reference]))
@@ -137,10 +140,18 @@ def judge(recipe, outputs: list, reference: list) -> dict:
     equal = int((got.tokens == ref.tokens).sum())
     agreement = equal / ref.tokens.size
     error = max(e.rel_error for e in step_errors(ref, got))
+    wrong = np.argwhere((got.tokens != ref.tokens).T)  # (step, row), step-major
+    first = None
+    if len(wrong):
+        step, row = (int(i) for i in wrong[0])
+        gap = float(top2_gaps(ref.logits[row, step]))
+        first = f"step {step}, row {row}: token {int(got.tokens[row, step])} instead of {int(ref.tokens[row, step])} "
+        first += f"(reference top-2 gap {gap:.3g})"
     return {
         "error": error if math.isfinite(error) else "inf",
         "top1_agreement": round(agreement, 6),
         "teacher_forced_equal": f"{equal}/{ref.tokens.size}",
+        "first_mismatch": first,
         "ok": bool(agreement >= recipe.precision.w8a16_top1_agreement),
     }
 
@@ -339,6 +350,10 @@ def w8a16_mindirs(recipe, run_dir: Path, out_dir: Path, log: Callable = print, l
     return {**graphs, "plan": out_dir / PLAN_FILE}
 
 
+def _first(judged: dict) -> str:
+    return judged.get("first_mismatch") or "none"
+
+
 def plan_markdown(plan: dict, name: str) -> str:
     """precision.md of a W8A16 plan: the sizes, the agreement figures, the layers kept in float."""
     m, g = plan["mindir"], plan["generation"]
@@ -360,8 +375,8 @@ def plan_markdown(plan: dict, name: str) -> str:
         *table(
             ["run", "teacher-forced equal", "tokens equal (free-running)", "first difference"],
             [
-                ["all Linear in int8 (emulated)", plan["before"]["teacher_forced_equal"], "-", "-"],
-                ["the plan (emulated)", plan["after"]["teacher_forced_equal"], "-", "-"],
+                ["all Linear in int8 (emulated)", plan["before"]["teacher_forced_equal"], "-", _first(plan["before"])],
+                ["the plan (emulated)", plan["after"]["teacher_forced_equal"], "-", _first(plan["after"])],
                 [
                     "the plan, reloaded MindIRs",
                     g["teacher_forced_equal"],
