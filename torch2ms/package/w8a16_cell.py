@@ -9,7 +9,7 @@ Symmetric per row ``o`` of the weight ``W`` [out, in]::
 dequantizes in the graph: ``Cast(q, float32) * scale`` -> ``MatMul(x, ., transpose_b)`` (+ bias,
 activation), what ``nn.Dense.construct`` does with its float weight. So the MindIR exported from a
 network with these cells holds int8 weights (a quarter of the bytes, plus one float per row), and
-the activations stay float (W8A16 on the board: float16 there).
+the activations stay float.
 
 ``fake_quantized`` is the same weight as the graph computes it (``q`` times ``scale`` in float32):
 the precision plan emulates int8 by loading it into a float ``nn.Dense``.
