@@ -1,10 +1,10 @@
 """The W8A16 plan of a generation recipe (``package.w8a16``).
 
 ``Int8Dense`` against ``nn.Dense`` with the weight it dequantizes, in PyNative and from a reloaded
-MindIR. ``check_w8a16`` and ``check_outlier_kept_float`` run on the tiny Llama that
-``test_convert.py``'s quick test converts through the five stages (one conversion for both): its
-Linear weights int8 in the prefill and decode MindIRs (smaller by the Linear weights' 3/4, reloaded,
-generating transformers' tokens), and a layer made sensitive to int8 kept in float."""
+MindIR. ``check_w8a16`` runs on the tiny Llama that ``test_convert.py``'s quick test converts
+through the five stages, one Linear made sensitive to int8: that layer kept float, the others int8
+in the prefill and decode MindIRs (smaller by their weights' 3/4), reloaded, generating
+transformers' tokens."""
 
 from __future__ import annotations
 
@@ -29,47 +29,19 @@ def _parameters(path: Path) -> dict:
     }
 
 
-def check_w8a16(recipe, root: Path, out: Path) -> None:
-    """The W8A16 MindIRs of a run converted through the mindir stage (the fp32 MindIRs): int8 Linear
-    weights, the bytes they save, the reloaded graphs' tokens, the plan reused."""
-    from torch2ms.package.w8a16 import w8a16_mindirs
-
-    paths = w8a16_mindirs(recipe, root, out, log=lambda m: None)
-    plan = json.loads(paths["plan"].read_text())
-    m = plan["mindir"]
-    linear = m["linear_fp32_bytes_per_graph"]
-    for graph in ("prefill", "decode"):
-        params = _parameters(paths[graph])
-        fp32 = _parameters(root / graph / "mindir" / "network.mindir")
-        int8 = {n: b for n, (t, b) in params.items() if t == "INT8"}
-        assert len(int8) == plan["layers"] == 15  # q, k, v, o, gate, up, down per layer, lm_head
-        # every Linear weight a quarter of its float bytes; one float32 scale per output row beside it
-        scales = sum(b for n, (_, b) in params.items() if n.endswith(".scale"))
-        assert sum(int8.values()) * 4 == linear
-        assert sum(b for _, b in fp32.values()) - sum(b for _, b in params.values()) == linear * 3 // 4 - scales
-        # the file: the Linear weights' 3/4 saved, less the scales and the graph's Cast and Mul nodes
-        saved = m["fp32_bytes"][graph] - m["w8a16_bytes"][graph]
-        assert saved >= 0.65 * linear, (saved, linear)
-    reference = np.load(root / "generation" / "reference.npz")["tokens"]
-    g = plan["generation"]  # the reloaded MindIRs, free-running and teacher-forced
-    assert g["tokens_equal"] == g["teacher_forced_equal"] == f"{reference.size}/{reference.size}", g
-    assert plan["violations"] == [] and plan["keep_float"] == []
-    # reused while nothing that decides it changed
-    again = w8a16_mindirs(recipe, root, out, log=lambda m: None)
-    assert json.loads(again["plan"].read_text())["key"] == plan["key"]
-
-
 def _outlier_copy(root: Path, dest: Path) -> str:
-    """The run's fold networks and reference in ``dest``, with hidden channel 0 scaled by 1/OUTLIER in
-    the final norm and by OUTLIER in the lm_head's column 0: the same float function (the norm's
-    weight multiplies its output), but each lm_head row now has one weight ~OUTLIER times the others,
-    which int8 per row rounds to zero. Returns the lm_head's path."""
+    """The run's reference, export and mindir MindIRs (the fp32 bytes) and fold networks in ``dest``,
+    the fold networks' hidden channel 0 scaled by 1/OUTLIER in the final norm and by OUTLIER in the
+    lm_head's column 0: the same float function (the norm's weight multiplies its output), but each
+    lm_head row now has one weight ~OUTLIER times the others, which int8 per row rounds to zero.
+    Returns the lm_head's path."""
     import mindspore as ms
 
     shutil.copytree(root / "generation", dest / "generation")
     norm, head = "model.model.norm.gamma", "model.lm_head.weight"
     for graph in ("prefill", "decode"):
-        shutil.copytree(root / graph / "fold", dest / graph / "fold")
+        for stage in ("export", "fold", "mindir"):
+            shutil.copytree(root / graph / stage, dest / graph / stage)
         ckpt = dest / graph / "fold" / "network.ckpt"
         params = ms.load_checkpoint(str(ckpt))
         gamma, weight = params[norm].asnumpy(), params[head].asnumpy()
@@ -81,18 +53,40 @@ def _outlier_copy(root: Path, dest: Path) -> str:
     return head.removesuffix(".weight")
 
 
-def check_outlier_kept_float(recipe, root: Path, dest: Path) -> None:
-    """A Linear layer that breaks the tokens in int8 is the one the plan keeps in float."""
-    from torch2ms.package.w8a16 import W8A16Emulator, generation_setup, search
+def check_w8a16(recipe, root: Path, out: Path) -> None:
+    """The W8A16 plan of a run converted through the mindir stage, its lm_head made int8-sensitive
+    (``_outlier_copy``): every Linear in int8 breaks the tokens, the plan keeps exactly the lm_head
+    float; the other Linear weights are int8 in both MindIRs and save their 3/4 less the scales; the
+    reloaded MindIRs generate transformers' tokens; the plan is reused from its cache."""
+    from torch2ms.package.w8a16 import w8a16_mindirs
 
-    head = _outlier_copy(root, dest)
-    plan, reference = generation_setup(dest)
-    emu = W8A16Emulator(dest, plan, reference)
-    keep, record = search(recipe, emu)
-    assert not record["before"]["ok"], record["before"]  # every Linear in int8 breaks the tokens
-    assert keep == [head], record["sensitivity"]
-    assert record["after"]["ok"] and record["after"]["top1_agreement"] >= recipe.precision.w8a16_top1_agreement
-    assert record["sensitivity"][0]["name"] == head
+    head = _outlier_copy(root, out / "run")
+    paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
+    plan = json.loads(paths["plan"].read_text())
+    assert not plan["before"]["ok"], plan["before"]
+    assert plan["keep_float"] == ["lm_head"] and plan["sensitivity"][0]["name"] == head, plan["sensitivity"]
+    assert plan["after"]["top1_agreement"] >= recipe.precision.w8a16_top1_agreement
+    m = plan["mindir"]
+    for graph in ("prefill", "decode"):
+        params = _parameters(paths[graph])
+        fp32 = _parameters(out / "run" / graph / "mindir" / "network.mindir")
+        int8 = {n: b for n, (t, b) in params.items() if t == "INT8"}
+        assert len(int8) == plan["layers"] - 1 == 14  # q, k, v, o, gate, up, down per layer
+        linear = 4 * sum(int8.values())  # their fp32 bytes
+        assert linear == m["linear_fp32_bytes_per_graph"] - fp32[head + ".weight"][1]
+        # every int8 weight a quarter of its float bytes; one float32 scale per output row beside it
+        scales = sum(b for n, (_, b) in params.items() if n.endswith(".scale"))
+        assert sum(b for _, b in fp32.values()) - sum(b for _, b in params.values()) == linear * 3 // 4 - scales
+        # the file: that, less the graph's Cast and Mul nodes (their bytes a constant per layer)
+        grown = m["w8a16_bytes"][graph] - sum(b for _, b in params.values())
+        grown -= m["fp32_bytes"][graph] - sum(b for _, b in fp32.values())
+        assert 0 < grown < 3000 * len(int8), grown
+    reference = np.load(root / "generation" / "reference.npz")["tokens"]
+    g = plan["generation"]  # the reloaded MindIRs, free-running and teacher-forced
+    assert g["tokens_equal"] == g["teacher_forced_equal"] == f"{reference.size}/{reference.size}", g
+    assert plan["violations"] == []
+    again = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
+    assert json.loads(again["plan"].read_text())["key"] == plan["key"]
 
 
 def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloaded_mindir(tmp_path):
