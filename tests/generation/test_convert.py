@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.generation.test_w8a16 import check_w8a16
 from torch2ms.generation.cache import update_blend
 from torch2ms.generation.check import judge
 from torch2ms.generation.loop import Generated
@@ -63,6 +64,8 @@ def test_a_tiny_llama_generates_transformers_tokens_in_every_stage(tmp_path):
     results = run_generation(generation_runners(recipe, None, lambda m: None, own_processes=False))
     assert [s.status for s in results["decode"].stages] == ["passed"] * 5
     _check_run(tmp_path / "runs" / recipe.name, recipe.name)
+    # the W8A16 plan of the same run (tests/generation/test_w8a16.py)
+    check_w8a16(recipe, tmp_path / "runs" / recipe.name, tmp_path / "w8a16")
 
 
 @pytest.mark.slow

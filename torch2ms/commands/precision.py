@@ -1,4 +1,5 @@
-"""``torch2ms precision``: the fp16 plan of a recipe (which layers stay fp32 on the board)."""
+"""``torch2ms precision``: the fp16 plan of a recipe (which layers stay fp32 on the board); ``--plan int8``
+and ``--plan w8a16`` (``precision_int8``, ``precision_w8a16``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import typer
 
 from torch2ms.cli_app import CpuIsa, app, console, out_console, setup_cpu
+from torch2ms.errors import RecipeError
 
 ROWS = 15
 
@@ -30,6 +32,13 @@ def precision(
         "(QDQ), keep layers in float until precision.int8_task_agreement and int8_rel_error hold; writes "
         "amct_quant.cfg, converter_lite.cfg, precision.md, int8_plan.json",
     ),
+    kind: str = typer.Option(
+        "fp16",
+        "--plan",
+        help="fp16 (default), int8 (as --int8), or w8a16: a text_generation recipe's Linear weights int8 per "
+        "output channel in its prefill and decode MindIRs, layers kept float until precision.w8a16_top1_agreement "
+        "holds; writes both MindIRs, w8a16_plan.json, precision.md",
+    ),
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Emulate fp16 per layer, find the fewest layers to keep in fp32 for precision.fp16_rel_error (and
@@ -43,9 +52,17 @@ def precision(
     from torch2ms.stages import pipeline_runner, writer_of
 
     r = load_recipe(recipe)
+    if kind == "w8a16":
+        from torch2ms.commands.precision_w8a16 import w8a16_plan
+
+        setup_cpu(cpu_isa)
+        w8a16_plan(r, runs, out)
+        return
+    if kind not in ("fp16", "int8"):
+        raise RecipeError(f"--plan {kind}: not a plan", hint="give fp16, int8 or w8a16")
     refuse_unconverted(r, "precision")
     setup_cpu(cpu_isa)
-    if int8:
+    if int8 or kind == "int8":
         from torch2ms.commands.precision_int8 import int8_plan
 
         int8_plan(r, runs, out)

@@ -13,7 +13,8 @@ comparison with transformers' own ``generate``.
 * ``check``: each stage's generation check (its own graphs' greedy decoding against ``reference``).
 
 ``check``, ``package``, ``bench`` and ``precision`` refuse a ``text_generation`` recipe
-(``refuse_unconverted``): they do not take the two graphs yet.
+(``refuse_unconverted``): they do not take the two graphs yet; ``precision --plan w8a16`` does
+(``package.w8a16``).
 """
 
 from __future__ import annotations

@@ -36,6 +36,14 @@ class PrecisionSpec(_Strict):
         description="the INT8 plan's tensor bound, max |int8 - PyTorch| / max |PyTorch| per output: a guard beside "
         "the task gate (one int8 step is 1/255 of a tensor's range; a deep network compounds them)",
     )
+    w8a16_top1_agreement: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="the W8A16 plan's gate (text_generation recipes, `torch2ms precision --plan w8a16`): the share of "
+        "teacher-forced steps whose top-1 token is fp32 PyTorch's, Linear weights in int8 per output channel; "
+        "Linear layers are kept in float until it holds",
+    )
 
 
 class QuantizeSpec(_Strict):

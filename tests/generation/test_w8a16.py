@@ -1,0 +1,134 @@
+"""The W8A16 plan of a generation recipe (``package.w8a16``).
+
+``Int8Dense`` against ``nn.Dense`` with the weight it dequantizes, in PyNative and from a reloaded
+MindIR. ``check_w8a16`` runs on the tiny Llama that ``test_convert.py``'s quick test converts
+through the five stages, one Linear made sensitive to int8: that layer kept float, the others int8
+in the prefill and decode MindIRs (smaller by their weights' 3/4), reloaded, generating
+transformers' tokens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+OUTLIER = 1e3  # the factor moved from one hidden channel of the final norm into the lm_head (_outlier_copy)
+
+
+def _parameters(path: Path) -> dict:
+    """name -> (data type, bytes) of a MindIR's parameters."""
+    from mindspore.train import mind_ir_pb2
+
+    model = mind_ir_pb2.ModelProto()
+    model.ParseFromString(path.read_bytes())
+    return {  # a name is "<graph scope>:<parameter name>"
+        p.name.rsplit(":", 1)[-1]: (mind_ir_pb2.TensorProto.DataType.Name(p.data_type), len(p.raw_data))
+        for p in model.graph.parameter
+    }
+
+
+def _outlier_copy(root: Path, dest: Path) -> str:
+    """The run's reference, export and mindir MindIRs (the fp32 bytes) and fold networks in ``dest``,
+    the fold networks' hidden channel 0 scaled by 1/OUTLIER in the final norm and by OUTLIER in the
+    lm_head's column 0: the same float function (the norm's weight multiplies its output), but each
+    lm_head row now has one weight ~OUTLIER times the others, which int8 per row rounds to zero.
+    Returns the lm_head's path."""
+    import mindspore as ms
+
+    shutil.copytree(root / "generation", dest / "generation")
+    norm, head = "model.model.norm.gamma", "model.lm_head.weight"
+    for graph in ("prefill", "decode"):
+        for stage in ("export", "fold", "mindir"):
+            shutil.copytree(root / graph / stage, dest / graph / stage)
+        ckpt = dest / graph / "fold" / "network.ckpt"
+        params = ms.load_checkpoint(str(ckpt))
+        gamma, weight = params[norm].asnumpy(), params[head].asnumpy()
+        gamma[0] /= OUTLIER
+        weight[:, 0] *= OUTLIER
+        params[norm].set_data(ms.Tensor(gamma))
+        params[head].set_data(ms.Tensor(weight))
+        ms.save_checkpoint([{"name": k, "data": v} for k, v in params.items()], str(ckpt))
+    return head.removesuffix(".weight")
+
+
+def check_w8a16(recipe, root: Path, out: Path) -> None:
+    """The W8A16 plan of a run converted through the mindir stage, its lm_head made int8-sensitive
+    (``_outlier_copy``): every Linear in int8 breaks the tokens, the plan keeps exactly the lm_head
+    float; the other Linear weights are int8 in both MindIRs and save their 3/4 less the scales; the
+    reloaded MindIRs generate transformers' tokens; the plan is reused from its cache."""
+    from torch2ms.package.w8a16 import w8a16_mindirs
+
+    head = _outlier_copy(root, out / "run")
+    paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
+    plan = json.loads(paths["plan"].read_text())
+    assert not plan["before"]["ok"], plan["before"]
+    assert plan["keep_float"] == ["lm_head"] and plan["sensitivity"][0]["name"] == head, plan["sensitivity"]
+    assert plan["after"]["top1_agreement"] >= recipe.precision.w8a16_top1_agreement
+    m = plan["mindir"]
+    for graph in ("prefill", "decode"):
+        params = _parameters(paths[graph])
+        fp32 = _parameters(out / "run" / graph / "mindir" / "network.mindir")
+        int8 = {n: b for n, (t, b) in params.items() if t == "INT8"}
+        assert len(int8) == plan["layers"] - 1 == 14  # q, k, v, o, gate, up, down per layer
+        linear = 4 * sum(int8.values())  # their fp32 bytes
+        assert linear == m["linear_fp32_bytes_per_graph"] - fp32[head + ".weight"][1]
+        # every int8 weight a quarter of its float bytes; one float32 scale per output row beside it
+        scales = sum(b for n, (_, b) in params.items() if n.endswith(".scale"))
+        assert sum(b for _, b in fp32.values()) - sum(b for _, b in params.values()) == linear * 3 // 4 - scales
+        # the file: that, less the graph's Cast and Mul nodes (their bytes a constant per layer)
+        grown = m["w8a16_bytes"][graph] - sum(b for _, b in params.values())
+        grown -= m["fp32_bytes"][graph] - sum(b for _, b in fp32.values())
+        assert 0 < grown < 3000 * len(int8), grown
+    reference = np.load(root / "generation" / "reference.npz")["tokens"]
+    g = plan["generation"]  # the reloaded MindIRs, free-running and teacher-forced
+    assert g["tokens_equal"] == g["teacher_forced_equal"] == f"{reference.size}/{reference.size}", g
+    assert plan["violations"] == []
+    again = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
+    assert json.loads(again["plan"].read_text())["key"] == plan["key"]
+
+
+def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloaded_mindir(tmp_path):
+    """Two Dense layers (one with a bias and an activation, inputs of rank 3) as Int8Dense: the same
+    outputs as nn.Dense with the weights int8 rounds them to, in PyNative and from the MindIR
+    exported in GRAPH_MODE and reloaded, whose weights are int8."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from torch2ms.package.w8a16_cell import QMAX, dense_layers, fake_quantized, quantize_network, quantize_rows
+
+    class Two(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Dense(8, 16, activation="relu")
+            self.b = nn.Dense(16, 4, has_bias=False)
+
+        def construct(self, x):
+            return self.b(self.a(x))
+
+    rng = np.random.default_rng(0)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    x = ms.Tensor(rng.standard_normal((2, 3, 8)).astype(np.float32))
+    float_net, int8_net = Two(), Two()
+    for (_, f), (_, q) in zip(dense_layers(float_net), dense_layers(int8_net)):
+        w = rng.standard_normal(tuple(f.weight.shape)).astype(np.float32)
+        q.weight.set_data(ms.Tensor(w))
+        f.weight.set_data(ms.Tensor(fake_quantized(w)))
+        if f.has_bias:
+            q.bias.set_data(f.bias.value())
+        q8, scale = quantize_rows(w)
+        assert np.abs(q8).max(axis=1).tolist() == [QMAX] * w.shape[0]
+        assert np.abs(q8 * scale - w).max() <= scale.max() / 2 + 1e-7
+    assert quantize_network(int8_net, ["a", "b"]) == ["a", "b"]
+    expected = float_net(x).asnumpy()
+    np.testing.assert_allclose(int8_net(x).asnumpy(), expected, rtol=1e-6, atol=1e-6)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        ms.export(int8_net, x, file_name=str(tmp_path / "net"), file_format="MINDIR")
+        loaded = nn.GraphCell(ms.load(str(tmp_path / "net.mindir")))
+        np.testing.assert_allclose(loaded(x).asnumpy(), expected, rtol=1e-6, atol=1e-6)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    types = {n: t for n, (t, _) in _parameters(tmp_path / "net.mindir").items()}
+    assert types["a.weight"] == types["b.weight"] == "INT8" and types["a.scale"] == "FLOAT"
