@@ -70,6 +70,12 @@ def test_a_generation_recipe_parses_without_inputs(tmp_path):
         ({"batch": 3}, "batch 3: 2 prompts do not make batches of 3"),
         ({"max_new_tokens": 0}, "generate.max_new_tokens"),
         ({"range": [0, 10]}, "range is for prompt_lengths"),
+        ({"prompt_gears": [4, 2]}, "prompt_gears [4, 2]: give increasing positive lengths"),
+        ({"prompt_gears": [2]}, "prompt_gears [2]: the largest gear is below the longest prompt (3)"),
+        (
+            {"prompt_gears": [4, 8], "cache_length": 12},
+            "cache_length 12 is below the largest prompt gear (8) plus max_new_tokens (8): give cache_length >= 16",
+        ),
     ],
 )
 def test_generate_refusals_name_the_field(generate, expect, tmp_path):
