@@ -219,6 +219,14 @@ def dims_profiles(inputs: list[dict]) -> list[tuple[int, ...]] | None:
     return profiles
 
 
+def atc_input_format(inputs: list[dict], profiles: bool) -> str:
+    """ATC ``--input_format`` for an ONNX model (CANN ATC docs, ``--input_format``, atlasatcparam_16_0015:
+    NCHW, NCDHW or ND, one value for every input): ND with ``--dynamic_dims`` profiles (which take ND
+    only, atlasatcparam_16_0020) and where no input is an NCHW image (token ids, masks, a KV cache),
+    else NCHW."""
+    return "ND" if profiles or all(i.get("layout") == "ND" for i in inputs) else "NCHW"
+
+
 def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
     for i in inputs:
         if len(i.get("batch") or ()) > 1:
@@ -305,7 +313,7 @@ fi
 atc --framework=5 \\
   --model="{model}" \\
   --output="$BUNDLE/model/{model_name}" \\
-  --input_format={"ND" if profiles else "NCHW"} \\
+  --input_format={atc_input_format(inputs, bool(profiles))} \\
   --input_shape="{_shapes(inputs, ",", scalars=True)}" \\
   --soc_version="$SOC" \\
   --precision_mode={PRECISION[precision][1]}{flags}
