@@ -106,6 +106,15 @@ def verify(
 
     setup_cpu(cpu_isa)
     res = verify_bundle(bundle, log=lambda m: out_console.print(m, highlight=False))
+    if res.generation is not None:
+        model, gen = res.manifest["model"], res.generation
+        out_console.print(
+            f"OK {model['name']} {model['version']}: {res.files} files intact; the bundle's infer.py generates "
+            f"transformers' {gen['tokens']} tokens for the {gen['prompts']} recorded prompts (prompt gears "
+            f"{', '.join(map(str, gen['gears']))})",
+            highlight=False,
+        )
+        return
     for m in res.metrics:
         agree = f", argmax agreement {m.argmax_agreement:.6f}" if m.argmax_agreement is not None else ""
         out_console.print(

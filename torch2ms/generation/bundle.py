@@ -150,3 +150,30 @@ folder with its MindIR, ONNX, compatibility report and board scripts (`targets/*
 `torch2ms verify` on this archive checks every file's hash and runs `infer.py`'s loop on the
 prompts of `{gen["samples"]}` against the tokens transformers generated for them.
 """
+
+
+def verify_generation(archive: Path, root: Path, manifest: dict, log: Callable) -> dict:
+    """The unpacked bundle ``root``'s own ``infer.py`` loop (imported from it, as the board runs it)
+    on the recorded prompts of ``SAMPLES``: ``CheckFailed`` naming the first step and row whose token
+    is not transformers'; else the counts."""
+    import importlib.util
+
+    from torch2ms.errors import CheckFailed
+    from torch2ms.runtime import msutil
+
+    spec = importlib.util.spec_from_file_location("torch2ms_bundle_generate", root / "infer.py")
+    board = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(board)
+    prompts, tokens, _ = board.recorded()
+    try:
+        problem = board.self_check(board.load_models(manifest, "cpu"), manifest)
+    finally:
+        ms = msutil.mindspore()
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    if problem:
+        raise CheckFailed(
+            f"{archive}: the bundle's generation is not transformers' on {SAMPLES}: {problem}",
+            hint="the graphs or the recorded tokens changed since packaging; package again from a passing run",
+        )
+    log(f"generation: {tokens.size}/{tokens.size} tokens of {len(prompts)} prompts are transformers'")
+    return {"prompts": len(prompts), "tokens": int(tokens.size), "gears": manifest["generation"]["prompt_gears"]}
