@@ -13,8 +13,8 @@ comparison with transformers' own ``generate``.
 * ``check``: each stage's generation check (its own graphs' greedy decoding against ``reference``);
 * ``bundle``: ``torch2ms package`` on a generation recipe, both graphs and the board's generation loop.
 
-``check`` and ``precision`` refuse a ``text_generation`` recipe (``refuse_unconverted``): they do
-not take the two graphs yet.
+``check`` analyses and places both graphs' ONNX; ``precision`` refuses a ``text_generation``
+recipe (``refuse_unconverted``): it does not take the two graphs yet.
 """
 
 from __future__ import annotations
