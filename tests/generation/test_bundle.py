@@ -143,3 +143,34 @@ def test_package_verify_and_infer_py_through_the_commands(tmp_path, name):
     assert "the bundle's infer.py generates transformers'" in command("verify", str(archive))
     run = _infer(_unpacked(archive, tmp_path / "bundle"), "--self-check")
     assert run.returncode == 0 and "every token is transformers'" in run.stdout, run.stdout + run.stderr
+
+
+def _board_script():
+    """package/templates/generate.py as a module (it imports numpy only at load)."""
+    import importlib.util
+
+    from torch2ms.package.readme import TEMPLATES
+
+    spec = importlib.util.spec_from_file_location("board_generate", TEMPLATES / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_board_script_encodes_a_text_prompt_with_a_tokenizer_json(tmp_path, monkeypatch):
+    """--prompt with --tokenizer: the tokenizers package's encoding; without the package, a clear error."""
+    from argparse import Namespace
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    board = _board_script()
+    vocab = {"[UNK]": 0, "hello": 5, "board": 17}
+    made = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    made.pre_tokenizer = pre_tokenizers.Whitespace()
+    made.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = board._tokenizer(str(tmp_path / "tokenizer.json"))
+    assert board._prompt(Namespace(prompt="hello board", prompt_ids=None), tokenizer) == [5, 17]
+    assert tokenizer.decode([5, 17]) == "hello board"
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(SystemExit, match="--tokenizer needs the tokenizers package: pip install tokenizers"):
+        board._tokenizer(str(tmp_path / "tokenizer.json"))
