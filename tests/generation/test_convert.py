@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from tests.generation.test_w8a16 import check_w8a16
+from tests.generation.tiny import recipe_file
 from torch2ms.generation.cache import update_blend
 from torch2ms.generation.check import judge
 from torch2ms.generation.loop import Generated
@@ -24,23 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 STAGES = ("export", "rebuild", "fold", "compile", "mindir")
 
 
-def _recipe(tmp_path, name: str, generate: dict | None = None, **compile_spec) -> Path:
-    data = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text())
-    data["output"] = str(tmp_path / "runs")
-    data["compile"].update(compile_spec)
-    data["generate"].update(generate or {})
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def _record(root: Path, graph: str, stage: str) -> dict:
     return json.loads((root / graph / stage / "stage.json").read_text())
-
-
-# make test converts the Llama in this process, one batch of two prompts, no graph-kernel build
-# (~40 s here); the shipped recipes as they are, through the command, are slow
-QUICK = {"prompt_lengths": [7, 3], "max_new_tokens": 6, "cache_length": 14}
 
 
 def _check_run(root: Path, name: str) -> None:
@@ -57,15 +41,12 @@ def _check_run(root: Path, name: str) -> None:
     assert f"class {layer}(nn.Cell)" in (root / "decode" / "rebuild" / "network.py").read_text()
 
 
-def test_a_tiny_llama_generates_transformers_tokens_in_every_stage(tmp_path):
-    from torch2ms.generation.convert import generation_runners, run_generation
-
-    recipe = load_recipe(_recipe(tmp_path, "llama_tiny_generate", QUICK, graph_kernel="off"))
-    results = run_generation(generation_runners(recipe, None, lambda m: None, own_processes=False))
+def test_a_tiny_llama_generates_transformers_tokens_in_every_stage(converted_llama):
+    """``tiny.QUICK``: two prompts at two prompt gears through one prefill graph (conftest.py)."""
+    recipe, results = converted_llama
     assert [s.status for s in results["decode"].stages] == ["passed"] * 5
-    _check_run(tmp_path / "runs" / recipe.name, recipe.name)
-    # the W8A16 plan of the same run (tests/generation/test_w8a16.py)
-    check_w8a16(recipe, tmp_path / "runs" / recipe.name, tmp_path / "w8a16")
+    assert results["prefill"].stages[-1].record["counts"]["sequence_lengths"] == [4, 8]
+    _check_run(results["prefill"].root.parent, recipe.name)
 
 
 @pytest.mark.slow
@@ -73,7 +54,7 @@ def test_a_tiny_llama_generates_transformers_tokens_in_every_stage(tmp_path):
 def test_convert_generates_transformers_tokens_in_every_stage(tmp_path, name):
     """A shipped recipe through ``torch2ms convert`` (the export stages in their own processes, where
     the generation check runs too)."""
-    path = _recipe(tmp_path, name)
+    path = recipe_file(tmp_path, name)
     env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(path)],
@@ -98,7 +79,7 @@ def test_a_cache_write_one_position_off_fails_the_export(tmp_path, monkeypatch):
     from torch2ms.generation.convert import generation_runners, run_generation
 
     monkeypatch.setitem(cache.UPDATES, "one_position_off", _one_position_off)
-    recipe = load_recipe(_recipe(tmp_path, "gpt2_tiny_generate"))
+    recipe = load_recipe(recipe_file(tmp_path, "gpt2_tiny_generate"))
     runners = generation_runners(recipe, None, lambda m: None, own_processes=False, write="one_position_off")
     results = run_generation(runners, until="export")
     assert results["prefill"].stages[0].status == "passed"
@@ -127,3 +108,22 @@ def test_a_difference_within_the_noise_is_a_near_tie_and_one_beyond_it_fails():
     violations, record = judge(reference, wrong, wrong, bound, noise=1e-6)
     assert len(violations) == 1 and "step 1, row 0: token 2 instead of 1" in violations[0]
     assert record["near_ties"] == []
+
+
+def test_check_places_both_graphs_of_a_converted_generation_recipe(converted_llama):
+    """``torch2ms check --recipe --target ascend310`` on the converted run: each graph's ONNX
+    analysed and placed (the export stages up to date: nothing converted again)."""
+    from typer.testing import CliRunner
+
+    from torch2ms.cli import _load_commands
+    from torch2ms.cli_app import app
+
+    recipe, results = converted_llama
+    _load_commands()
+    path = Path(recipe.base_dir) / f"{recipe.name}.yaml"
+    done = CliRunner().invoke(app, ["check", "--recipe", str(path), "--target", "ascend310"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    for graph in ("prefill", "decode"):
+        assert f"{graph} export   up to date" in done.output
+        assert f"OK {results[graph].root / 'export' / 'model.onnx'} (opset" in done.output
+    assert done.output.count("Placement on the Ascend310 (fp16)") == 2

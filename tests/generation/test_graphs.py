@@ -38,6 +38,21 @@ def test_torch_graphs_generate_transformers_tokens(name):
     assert max(e.rel_error for e in step_errors(reference, got)) < 1e-5
 
 
+def test_each_prompt_runs_at_the_smallest_gear_that_holds_it(llama):
+    """Prompts of 7, 3, 5 and 8 tokens, one per batch, at gears 4, 6 and 8 (each padded to 8, 4, 6, 8):
+    transformers' tokens, and the same tokens as with every prompt padded to 8."""
+    from torch2ms.generation.loop import gear_for
+
+    model, padded_to_8 = llama
+    assert [gear_for((4, 6, 8), [p]) for p in prompts()] == [8, 4, 6, 8]
+    with pytest.raises(ValueError, match="a 8-token prompt is longer than the largest prompt gear"):
+        gear_for((4, 6), prompts())
+    reference = transformers_generate(model, prompts(), MAX_NEW_TOKENS, CACHE_LENGTH, 1, (4, 6, 8))
+    got = greedy_batches(torch_runner(*_graphs(model)), prompts(), 1, MAX_NEW_TOKENS, CACHE_LENGTH, gears=(4, 6, 8))
+    assert first_divergence(reference, got) is None
+    assert (reference.tokens == padded_to_8.tokens).all()
+
+
 def test_geometry_is_the_models_cache():
     g = cache_geometry(build("llama"))
     assert (g.layers, g.kv_heads, g.head_dim, g.vocab, g.positions) == (2, 2, 16, 1000, 64)

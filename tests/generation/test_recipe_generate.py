@@ -70,6 +70,12 @@ def test_a_generation_recipe_parses_without_inputs(tmp_path):
         ({"batch": 3}, "batch 3: 2 prompts do not make batches of 3"),
         ({"max_new_tokens": 0}, "generate.max_new_tokens"),
         ({"range": [0, 10]}, "range is for prompt_lengths"),
+        ({"prompt_gears": [4, 2]}, "prompt_gears [4, 2]: give increasing positive lengths"),
+        ({"prompt_gears": [2]}, "prompt_gears [2]: the largest gear is below the longest prompt (3)"),
+        (
+            {"prompt_gears": [4, 8], "cache_length": 12},
+            "cache_length 12 is below the largest prompt gear (8) plus max_new_tokens (8): give cache_length >= 16",
+        ),
     ],
 )
 def test_generate_refusals_name_the_field(generate, expect, tmp_path):
@@ -150,13 +156,28 @@ def test_a_model_without_a_cache_interface_is_refused():
         cache_geometry(sliding)
 
 
-@pytest.mark.parametrize("command", ["package", "precision"])
-def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
+REFUSED = (
+    "cannot run it yet: it takes one graph, and a generation recipe has two (prefill and decode); `torch2ms convert`"
+)
+
+
+@pytest.mark.parametrize(
+    "command,expect",
+    [
+        (["precision"], f"torch2ms precision {REFUSED}"),
+        (
+            ["package", "--precision", "int8"],
+            "--precision 'int8': a text_generation bundle takes fp16, cube-fp16, fp32",
+        ),
+    ],
+)
+def test_stage_commands_refuse_a_generation_recipe(command, expect, tmp_path):
+    """Before any stage runs: ``precision`` takes one graph; ``package`` does not quantize the graphs."""
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))
     env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(REPO))
     done = subprocess.run(
-        [sys.executable, "-m", "torch2ms", command, "--recipe", str(path)],
+        [sys.executable, "-m", "torch2ms", command[0], "--recipe", str(path), *command[1:]],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -165,6 +186,5 @@ def test_stage_commands_refuse_a_generation_recipe(command, tmp_path):
     )
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == EXIT_USAGE, text
-    assert f"torch2ms {command} cannot run it yet" in text
-    assert "a generation recipe has two (prefill and decode); `torch2ms convert` converts" in text
+    assert expect in text
     assert not (tmp_path / "runs").exists()

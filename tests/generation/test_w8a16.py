@@ -132,3 +132,9 @@ def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloa
         ms.set_context(mode=ms.PYNATIVE_MODE)
     types = {n: t for n, (t, _) in _parameters(tmp_path / "net.mindir").items()}
     assert types["a.weight"] == types["b.weight"] == "INT8" and types["a.scale"] == "FLOAT"
+
+
+def test_the_w8a16_plan_of_the_converted_tiny_llama(converted_llama, tmp_path):
+    """``check_w8a16`` on the run ``conftest.converted_llama`` converted (prefill at two gears)."""
+    recipe, results = converted_llama
+    check_w8a16(recipe, results["prefill"].root.parent, tmp_path / "w8a16")

@@ -1,9 +1,15 @@
 """Tiny transformers causal LMs for the generation tests (2 layers, hidden 64, vocabulary 1000),
-seeded random weights, and seeded prompts of different lengths (so left padding is exercised)."""
+seeded random weights, and seeded prompts of different lengths (so left padding is exercised);
+the shipped generation recipes with test sizes (``recipe_file``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
 
 CACHE_LENGTH = 32
 MAX_NEW_TOKENS = 10
@@ -37,3 +43,20 @@ def build(name: str, seed: int = 0):
 def prompts(lengths=(7, 3, 5, 8), seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [[int(t) for t in rng.integers(0, 1000, n)] for n in lengths]
+
+
+# make test converts the Llama once in its process (conftest.converted_llama), two prompts of one row
+# each at two prompt gears (the 3-token prompt at 4, the 7-token one at 8: one prefill graph, checked
+# at both), no graph-kernel build; the shipped recipes as they are, through the command, are slow
+QUICK = {"prompt_lengths": [7, 3], "max_new_tokens": 6, "cache_length": 14, "prompt_gears": [4, 8], "batch": 1}
+
+
+def recipe_file(tmp_path: Path, name: str, generate: dict | None = None, **compile_spec) -> Path:
+    """``recipes/<name>.yaml`` with its output in ``tmp_path``, ``generate`` and ``compile`` updated."""
+    data = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text())
+    data["output"] = str(tmp_path / "runs")
+    data["compile"].update(compile_spec)
+    data["generate"].update(generate or {})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -35,27 +35,47 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _export_for(recipe_path: Path, out: Path | None):
-    """The recipe's ONNX, made by the stages up to the one that writes model.onnx (skipped when up to date)."""
-    from torch2ms.generation import refuse_unconverted
+def _export_for(recipe_path: Path, out: Path | None) -> list[tuple]:
+    """The recipe's ONNX, made by the stages up to the one that writes model.onnx (skipped when up to
+    date), with its shapes and rebuild/fold settings; a text_generation recipe's two, one per graph."""
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import pipeline_runner, writer_of
 
     r = load_recipe(recipe_path)
-    refuse_unconverted(r, "check")
+    if r.task == "text_generation":
+        return _export_generation(r, out)
     runner = pipeline_runner(r, out, log=lambda m: console.print(f"[yellow]{m}[/yellow]"))
     result = runner.run(until=writer_of("model.onnx", r))
-    for st in result.stages:
+    _print_stages(result.stages)
+    shapes = {i.name: tuple(i.shape) for i in r.inputs}
+    return [(runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold)]
+
+
+def _export_generation(r, out: Path | None) -> list[tuple]:
+    """Both graphs of a generation recipe through their export stages (``generation.convert``)."""
+    from torch2ms.generation.convert import generation_runners, run_generation
+
+    runners = generation_runners(r, out, lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=False)
+    results = run_generation(runners, until="export")
+    found = []
+    for graph, runner in runners.items():
+        _print_stages(results[graph].stages, f"{graph} ")
+        g = runner.recipe
+        shapes = {i.name: tuple(i.shape) for i in g.inputs}
+        found.append((runner.ctx.artifact("model.onnx"), shapes, g.rebuild.fuse_conv_bn_act, g.fold))
+    return found
+
+
+def _print_stages(stages, label: str = "") -> None:
+    for st in stages:
         if st.status != "not run":
-            console.print(f"  {st.stage:<8} {st.status}", highlight=False)
+            console.print(f"  {label}{st.stage:<8} {st.status}", highlight=False)
         if st.status == "failed":
             console.print(
                 f"[yellow]warning:[/yellow] {st.stage} is out of tolerance against PyTorch ({st.reason});"
                 " its ONNX is analysed anyway",
                 highlight=False,
             )
-    shapes = {i.name: tuple(i.shape) for i in r.inputs}
-    return runner.ctx.artifact("model.onnx"), shapes, r.rebuild.fuse_conv_bn_act, r.fold
 
 
 def _check_options(model: Path | None, recipe: Path | None, target: str | None, precision: str) -> None:
@@ -102,27 +122,33 @@ def check(
     ),
 ) -> None:
     """Report every unsupported op and attribute of a model without converting it (exit 2 if any)."""
-    from torch2ms.conversion import find_problems
-    from torch2ms.converters.registry import format_problems
-    from torch2ms.graph import load_onnx
-
     _check_options(model, recipe, target, precision)
     if recipe is not None:
         if shape:
             raise Torch2msError("--shape is for an ONNX file; with --recipe the shapes are the recipe's inputs[].shape")
-        path, shapes, fuse, fold_spec = _export_for(recipe, out)
-        fold, rewrites = fold_spec.enabled, fold_spec.ascend_rewrites
-    else:
-        from torch2ms.custom.plugins import load, load_entry_points
+        for path, shapes, fuse, fold_spec in _export_for(recipe, out):  # a generation recipe: each graph
+            _analyse(path, shapes, (fuse, fold_spec.enabled, fold_spec.ascend_rewrites), target, precision, True)
+        return
+    from torch2ms.custom.plugins import load, load_entry_points
 
-        load_entry_points()
-        for module in converters:
-            load(module, [Path.cwd()])
-        path, shapes, fuse, fold, rewrites = model, parse_shapes(shape), True, True, True
+    load_entry_points()
+    for module in converters:
+        load(module, [Path.cwd()])
+    _analyse(model, parse_shapes(shape), (True, True, True), target, precision, False)
+
+
+def _analyse(path: Path, shapes: dict, passes: tuple, target: str | None, precision: str, from_recipe: bool) -> None:
+    """Every node of the ONNX ``path`` (``passes``: the rebuild's fuse, fold, the fold's Ascend rewrites):
+    ``UnsupportedOpsError`` listing the problems, else the op counts and, with ``target``, the placement."""
+    from torch2ms.conversion import find_problems
+    from torch2ms.converters.registry import format_problems
+    from torch2ms.graph import load_onnx
+
+    fuse, fold, rewrites = passes
     try:
         graph = load_onnx(path, shapes)
     except OnnxError as err:
-        if recipe is None and "dynamic shape" in err.message:
+        if not from_recipe and "dynamic shape" in err.message:
             raise OnnxError(err.message, hint="give its static shape with --shape NAME=1,3,224,224") from None
         raise
     problems = find_problems(graph, fuse, fold)

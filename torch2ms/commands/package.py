@@ -38,18 +38,17 @@ def package(
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run the stages if needed, then write <out>/<name>-<version>.tar.gz for one board."""
-    from torch2ms.generation import refuse_unconverted
     from torch2ms.package.build import build_bundle
     from torch2ms.package.targets import get_target
     from torch2ms.pipeline.runner import raise_for
-    from torch2ms.pipeline.workspace import sha256_file
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import pipeline_runner
 
     r = load_recipe(recipe)
-    refuse_unconverted(r, "package")
     get_target(target)  # fail on a bad --target before a long run
     setup_cpu(cpu_isa)
+    if r.task == "text_generation":  # two graphs: torch2ms.generation.bundle
+        return _package_generation(r, target, out, runs, version, precision)
     if precision == "int8":  # bad calibration data: named before any stage runs
         from torch2ms.package import int8
 
@@ -64,6 +63,31 @@ def package(
     result = runner.run()
     raise_for(result)
     done = build_bundle(result, out, target, version, precision, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+    _print_packaged(done)
+
+
+def _package_generation(r, target: str, out: Path, runs: Path | None, version: str | None, precision: str) -> None:
+    """The prefill and decode graphs through the stages as `convert` runs them, then one bundle of both."""
+    from torch2ms.generation.bundle import build_generation_bundle, graph_precisions
+    from torch2ms.generation.convert import generation_runners, run_generation
+    from torch2ms.pipeline.runner import raise_for
+
+    graph_precisions(r, precision)  # a bad --precision before a long run
+    runners = generation_runners(r, runs, lambda m: console.print(f"[yellow]{m}[/yellow]"), own_processes=True)
+    for graph, runner in runners.items():
+        runner.on_stage = lambda stage, state, graph=graph: (
+            state not in ("running", "up to date") and console.print(f"  {graph:<8} {stage:<8} {state}")
+        )
+    results = run_generation(runners)
+    for result in results.values():
+        raise_for(result)
+    log = lambda m: console.print(f"[dim]{m}[/dim]")  # noqa: E731
+    _print_packaged(build_generation_bundle(results, r, out, target, version, precision, log))
+
+
+def _print_packaged(done) -> None:
+    from torch2ms.pipeline.workspace import sha256_file
+
     for name, size in done.sizes.items():
         out_console.print(f"  {size:>12,}  {name}", highlight=False)
     for w in done.warnings:
@@ -83,6 +107,15 @@ def verify(
 
     setup_cpu(cpu_isa)
     res = verify_bundle(bundle, log=lambda m: out_console.print(m, highlight=False))
+    if res.generation is not None:
+        model, gen = res.manifest["model"], res.generation
+        out_console.print(
+            f"OK {model['name']} {model['version']}: {res.files} files intact; the bundle's infer.py generates "
+            f"transformers' {gen['tokens']} tokens for the {gen['prompts']} recorded prompts (prompt gears "
+            f"{', '.join(map(str, gen['gears']))})",
+            highlight=False,
+        )
+        return
     for m in res.metrics:
         agree = f", argmax agreement {m.argmax_agreement:.6f}" if m.argmax_agreement is not None else ""
         out_console.print(

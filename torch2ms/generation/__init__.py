@@ -10,10 +10,11 @@ comparison with transformers' own ``generate``.
 * ``compare``: first differing token, per-step logits errors, top-2 gaps;
 * ``export``: both graphs to ONNX through the export stage's exporters, and onnxruntime running them;
 * ``convert``: ``torch2ms convert`` on a generation recipe, both graphs through the five stages;
-* ``check``: each stage's generation check (its own graphs' greedy decoding against ``reference``).
+* ``check``: each stage's generation check (its own graphs' greedy decoding against ``reference``);
+* ``bundle``: ``torch2ms package`` on a generation recipe, both graphs and the board's generation loop.
 
-``check``, ``package``, ``bench`` and ``precision`` refuse a ``text_generation`` recipe
-(``refuse_unconverted``): they do not take the two graphs yet; ``precision --plan w8a16`` does
+``check`` analyses and places both graphs' ONNX and ``package`` writes a bundle that generates;
+``precision`` refuses a ``text_generation`` recipe (``refuse_unconverted``) but for ``--plan w8a16``
 (``package.w8a16``).
 """
 

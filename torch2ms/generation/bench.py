@@ -79,7 +79,7 @@ def read_plan(root: Path) -> SimpleNamespace:
         raise Torch2msError(f"{path}: not found", hint="run `torch2ms convert` on the recipe first")
     plan = SimpleNamespace(**json.loads(path.read_text()))
     plan.prompts = [tuple(p) for p in plan.prompts]
-    plan.prompt_length = max(len(p) for p in plan.prompts)
+    plan.prompt_length = max(getattr(plan, "gears", None) or [len(p) for p in plan.prompts])
     return plan
 
 

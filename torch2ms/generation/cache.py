@@ -6,7 +6,7 @@ hold across calls. ``GraphCache`` is a ``transformers.Cache`` whose layers inste
 as a tensor and *return* the updated one, so that the cache is an input and an output of the graph:
 
 * in the **prefill** graph a layer stores the prompt's keys and values zero-padded to the cache
-  length, and attention reads the prompt's own keys (``P`` of them, not the whole cache);
+  length (``place_prompt``), and attention reads the prompt's own keys (``P`` of them, not the whole cache);
 * in the **decode** graph a layer writes the one new key and value at the cache slot ``slot``
   (one for the whole batch: prompts are left-padded, so every row writes the same slot) and
   attention reads the whole updated cache under the caller's mask.
@@ -61,6 +61,16 @@ def update_scatter(cache: torch.Tensor, new: torch.Tensor, slot: torch.Tensor) -
     return cache.scatter(2, index, new)
 
 
+def place_prompt(states: torch.Tensor, length: int) -> torch.Tensor:
+    """The prefill's cache: ``states`` [B, H, P, D] in slots ``0 .. P-1`` of ``length`` slots, zeros
+    after, as a one-hot [length, P] MatMul (exact for finite values, as ``update_blend``). A Pad by
+    ``length - P`` would do the same, but with the prompt gears P is dynamic in the exported graph and
+    MindSpore's PadV3 takes no padding it cannot infer when the MindIR is exported."""
+    slots = torch.arange(length, dtype=torch.float32, device=states.device)
+    prompt = torch.arange(states.shape[2], dtype=torch.float32, device=states.device)
+    return torch.matmul((slots[:, None] == prompt[None, :]).to(states.dtype), states)
+
+
 # the write the decode graph uses first; the others are measured against it
 UPDATES: dict[str, Callable] = {
     "blend": update_blend,
@@ -90,9 +100,7 @@ class _GraphLayer(CacheLayerMixin):
 
     def update(self, key_states, value_states, *args, **kwargs):
         if self.slot is None:
-            pad = self.length - key_states.shape[2]
-            self.keys = torch.nn.functional.pad(key_states, (0, 0, 0, pad))
-            self.values = torch.nn.functional.pad(value_states, (0, 0, 0, pad))
+            self.keys, self.values = place_prompt(key_states, self.length), place_prompt(value_states, self.length)
             return key_states, value_states
         self.keys = self.write(self.keys, key_states, self.slot)
         self.values = self.write(self.values, value_states, self.slot)

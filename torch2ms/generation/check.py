@@ -50,6 +50,7 @@ class GenerationCheck:
     max_new_tokens: int
     cache_length: int
     noise_factor: float
+    gears: tuple[int, ...] | None = None  # the prefill graph's prompt lengths (default: the longest prompt)
     name: str = "generation"
 
     def __call__(self, ctx, stage, out: Path, produced, measured) -> tuple[list[str], dict]:
@@ -59,10 +60,9 @@ class GenerationCheck:
         folders = self._folders(ctx, stage, out)
         try:
             runner = stage_runner(stage.name, folders, produced.extra, ctx.recipe.compile.jit_level)
-            free = greedy_batches(runner, self.prompts, self.batch, self.max_new_tokens, self.cache_length)
-            forced = greedy_batches(
-                runner, self.prompts, self.batch, self.max_new_tokens, self.cache_length, teacher=reference.tokens
-            )
+            run = (self.prompts, self.batch, self.max_new_tokens, self.cache_length)
+            free = greedy_batches(runner, *run, gears=self.gears)
+            forced = greedy_batches(runner, *run, teacher=reference.tokens, gears=self.gears)
         finally:
             if stage.name != "export":  # the next stage starts in PyNative, as the compile stage leaves it
                 from torch2ms.runtime import msutil

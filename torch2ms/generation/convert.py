@@ -69,11 +69,10 @@ def graph_inputs(graph: str, plan) -> list[dict]:
     """The graph's inputs at the plan's static shapes, with seeded values of the right kind."""
     g, batch, prompt, cache = plan.geometry, plan.batch, plan.prompt_length, plan.cache_length
     ids = {"name": "input_ids", "dtype": "int32", "range": [0, g.vocab]}
-    if graph == "prefill":
-        return [
-            {**ids, "shape": [batch, prompt]},
-            {"name": "attention_mask", "shape": [batch, prompt], "dtype": "int32", "lengths": [prompt]},
-        ]
+    if graph == "prefill":  # one graph for every gear: a sequence-length profile, checked at each in every stage
+        gears = {"sequence": list(plan.gears)} if len(plan.gears) > 1 else {}
+        mask = {"name": "attention_mask", "shape": [batch, prompt], "dtype": "int32", "lengths": [min(plan.gears)]}
+        return [{**ids, "shape": [batch, prompt], **gears}, {**mask, **gears}]
     kv = list(g.cache_shape(batch, cache))
     return [
         {**ids, "shape": [batch, 1]},
@@ -116,7 +115,7 @@ def write_reference(recipe, plan, folder: Path) -> Path:
     from torch2ms.pipeline.workspace import save_npz
 
     model = build_model(recipe)
-    ref = transformers_generate(model, plan.prompts, plan.max_new_tokens, plan.cache_length, plan.batch)
+    ref = transformers_generate(model, plan.prompts, plan.max_new_tokens, plan.cache_length, plan.batch, plan.gears)
     folder.mkdir(parents=True, exist_ok=True)
     save_npz(folder / REFERENCE, {"tokens": ref.tokens.astype(np.int64), "logits": ref.logits})
     return folder / REFERENCE
@@ -146,6 +145,7 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
         plan.max_new_tokens,
         plan.cache_length,
         recipe.check.noise_factor,
+        plan.gears,
     )
     for stage in runners["decode"].stages:
         stage.checks = (check,)

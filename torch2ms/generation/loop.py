@@ -93,6 +93,16 @@ def greedy(
     return Generated(stacked.argmax(axis=-1), stacked)
 
 
+def gear_for(gears: Sequence[int], prompts: Sequence[Sequence[int]]) -> int:
+    """The prefill length a batch of ``prompts`` runs at: the smallest of ``gears`` (the prefill
+    graph's prompt lengths) that holds its longest prompt; ValueError when none does."""
+    longest = max(len(p) for p in prompts)
+    fits = [g for g in gears if g >= longest]
+    if not fits:
+        raise ValueError(f"a {longest}-token prompt is longer than the largest prompt gear ({max(gears)})")
+    return min(fits)
+
+
 def greedy_batches(
     runner: Runner,
     prompts: Sequence[Sequence[int]],
@@ -100,12 +110,13 @@ def greedy_batches(
     max_new_tokens: int,
     cache_length: int,
     teacher: np.ndarray | None = None,
+    gears: Sequence[int] | None = None,
 ) -> Generated:
     """``greedy`` over ``prompts`` in consecutive batches of ``batch`` (their count a multiple of it),
-    each left-padded to the longest of all prompts: the graphs have one prompt length."""
+    each left-padded to its gear (``gear_for``; default one gear, the longest of all prompts)."""
     if len(prompts) % batch:
         raise ValueError(f"{len(prompts)} prompts do not make batches of {batch}")
-    longest = max(len(p) for p in prompts)
+    gears = gears or (max(len(p) for p in prompts),)
     parts = [
         greedy(
             runner,
@@ -113,7 +124,7 @@ def greedy_batches(
             max_new_tokens,
             cache_length,
             None if teacher is None else teacher[i : i + batch],
-            longest,
+            gear_for(gears, prompts[i : i + batch]),
         )
         for i in range(0, len(prompts), batch)
     ]

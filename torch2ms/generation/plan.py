@@ -80,11 +80,12 @@ class Plan:
     batch: int
     max_new_tokens: int
     cache_length: int
+    gears: tuple[int, ...]  # the prefill graph's prompt lengths (``loop.gear_for``)
 
     @property
     def prompt_length(self) -> int:
-        """The prefill graph's length ``P``: the longest prompt (shorter ones are left-padded)."""
-        return max(len(p) for p in self.prompts)
+        """The prefill graph's reference length ``P``: the largest gear (shorter prompts are left-padded)."""
+        return max(self.gears)
 
 
 def prompt_ids(spec, vocab: int) -> tuple[tuple[int, ...], ...]:
@@ -122,4 +123,4 @@ def generation_plan(recipe, model) -> Plan:
             f"the model's {geometry.positions} positions (max_position_embeddings)",
             hint=f"give max_new_tokens <= {geometry.positions - longest}",
         )
-    return Plan(geometry, prompts, spec.batch_size(), spec.max_new_tokens, spec.cache_length)
+    return Plan(geometry, prompts, spec.batch_size(), spec.max_new_tokens, spec.cache_length, spec.gears())

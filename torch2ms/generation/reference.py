@@ -13,17 +13,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from torch2ms.generation.loop import Generated, left_pad
+from torch2ms.generation.loop import Generated, gear_for, left_pad
 
 
 def transformers_generate(
-    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, cache_length: int, batch: int
+    model,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    cache_length: int,
+    batch: int,
+    gears: Sequence[int] | None = None,
 ) -> Generated:
     """``model.generate(do_sample=False, cache_implementation="static")`` on ``prompts`` in batches of
-    ``batch``: the tokens and the logits of every step."""
-    longest = max(len(p) for p in prompts)
+    ``batch``, each left-padded as the graphs pad it (``loop.gear_for``): the tokens and the logits
+    of every step."""
+    gears = gears or (max(len(p) for p in prompts),)
     parts = [
-        _generate(model, prompts[i : i + batch], longest, max_new_tokens, cache_length)
+        _generate(model, prompts[i : i + batch], gear_for(gears, prompts[i : i + batch]), max_new_tokens, cache_length)
         for i in range(0, len(prompts), batch)
     ]
     return Generated(np.concatenate([p.tokens for p in parts]), np.concatenate([p.logits for p in parts]))

@@ -56,7 +56,8 @@ def _generate(model, plan, runs: dict, written: dict, noise_factor: float, log) 
     from torch2ms.generation.loop import greedy_batches
     from torch2ms.generation.reference import transformers_generate
 
-    reference = transformers_generate(model, plan.prompts, plan.max_new_tokens, plan.cache_length, plan.batch)
+    gears = tuple(getattr(plan, "gears", None) or ()) or None
+    reference = transformers_generate(model, plan.prompts, plan.max_new_tokens, plan.cache_length, plan.batch, gears)
     records, failures = {}, []
     for weights in written["decode"]:
         stage = weights.stage
@@ -64,8 +65,8 @@ def _generate(model, plan, runs: dict, written: dict, noise_factor: float, log) 
         checkpoints = {g: next(w.checkpoint for w in written[g] if w.stage == stage) for g in runs}
         runner = stage_runner(stage, folders, {}, checkpoints=checkpoints)
         run = (plan.prompts, plan.batch, plan.max_new_tokens, plan.cache_length)
-        free = greedy_batches(runner, *run)
-        forced = greedy_batches(runner, *run, teacher=reference.tokens)
+        free = greedy_batches(runner, *run, gears=gears)
+        forced = greedy_batches(runner, *run, teacher=reference.tokens, gears=gears)
         record = runs["decode"].read_record(stage) or {}
         bound = (record.get("bounds") or {}).get("logits") or {"rel_error": 1e-4, "cosine": 0.99999}
         export = ((runs["decode"].read_record("export") or {}).get("extra") or {}).get("generation", {})

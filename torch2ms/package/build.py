@@ -141,11 +141,16 @@ def build_bundle(
     log: Callable[[str], None] = print,
 ) -> Packaged:
     """Package the run ``stages.pipeline_runner(recipe).run()`` returned; every enabled stage must have passed."""
-    from torch2ms.package.archive import write_archive
+    version = _checked_version(result.recipe, precision, version)
+    files, manifest, warnings = bundle_payload(result, target_name, version, precision, log)
+    return write_bundle(out_dir / f"{result.recipe.name}-{version}.tar.gz", files, manifest, warnings, log)
 
+
+def bundle_payload(result: RunResult, target_name: str, version: str, precision: str, log: Callable[[str], None]):
+    """(files by archive name, manifest.json without its ``files``, warnings) of the run ``result``,
+    every enabled stage passed: what ``write_bundle`` seals; ``version`` checked (``_checked_version``)."""
     recipe, run_root = result.recipe, result.root
     target = targets.get_target(target_name)
-    version = _checked_version(recipe, precision, version)
     is_image, size = image_geometry(recipe)
     records = _passed_records(result)
     mindir, onnx_path, ref_path = _run_files(recipe, run_root)
@@ -181,17 +186,22 @@ def build_bundle(
         recipe, version, target, precision, manifest, is_image, size, opset, apart, with_board
     )
     files["README.md"] = readme.encode()
+    lint.raise_for(lint.lint_files({k: v for k, v in files.items() if isinstance(v, bytes)}), "package")
+    return files, manifest, report["warnings"]
+
+
+def write_bundle(dest: Path, files: dict, manifest: dict, warnings: list[str], log: Callable[[str], None]) -> Packaged:
+    """``files`` with ``manifest.json`` (its ``files`` table: every other file's sha256) as the archive ``dest``."""
+    from torch2ms.package.archive import write_archive
+
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
     }
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
-    lint.raise_for(lint.lint_files({k: v for k, v in files.items() if isinstance(v, bytes)}), "package")
-
-    dest = out_dir / f"{recipe.name}-{version}.tar.gz"
     log(f"writing {dest}")
     write_archive(dest, files)
     sizes = {name: (src.stat().st_size if isinstance(src, Path) else len(src)) for name, src in sorted(files.items())}
-    return Packaged(dest, version, manifest, sizes, report["warnings"])
+    return Packaged(dest, manifest["model"]["version"], manifest, sizes, warnings)
 
 
 def _checked_version(recipe: Recipe, precision: str, version: str | None) -> str:

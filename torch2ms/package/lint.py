@@ -92,12 +92,18 @@ def lint_proto(where: str, text: str, table: dict, block: str | None = None) -> 
     return problems
 
 
+def board_file(name: str) -> bool:
+    """Whether the bundle path ``name`` is a board-tool file: under ``targets/``, or a graph's
+    ``<graph>/targets/`` in a generation bundle."""
+    return "targets" in PurePosixPath(name).parts[:2]
+
+
 def lint_files(files: dict[str, bytes | str]) -> list[str]:
     """Every problem in the bundle's board-tool files (``files``: bundle path -> content)."""
     problems = []
     for name, content in sorted(files.items()):
         path = PurePosixPath(name)
-        if path.parts[:1] != ("targets",):
+        if not board_file(name):
             continue
         text = content.decode() if isinstance(content, bytes) else content
         if path.name in TOOLS:

@@ -174,7 +174,7 @@ def converter_lite_cfg(
     "converter_tool_ascend", "Dynamic Batch Size"); ``output_type=FP32`` (same page, Table 1) keeps
     float32 outputs for a host postprocess; with an fp16 plan that keeps layers in fp32, the
     mixed-precision settings of ``precision.converter_lite_settings``."""
-    context = {"input_format": "NCHW", "precision_mode": PRECISION[precision][0]}
+    context = {"input_format": input_format(inputs or [], False), "precision_mode": PRECISION[precision][0]}
     sizes = batch_sizes(inputs or [])
     if sizes:
         context["input_shape"] = _shapes(inputs, ",", brackets=True)
@@ -217,6 +217,15 @@ def dims_profiles(inputs: list[dict]) -> list[tuple[int, ...]] | None:
             hint="serve fewer lengths or batch sizes, or build one bundle per range",
         )
     return profiles
+
+
+def input_format(inputs: list[dict], profiles: bool) -> str:
+    """ATC ``--input_format`` for an ONNX model (CANN ATC docs, ``--input_format``, atlasatcparam_16_0015:
+    NCHW, NCDHW or ND, one value for every input) and converter_lite's ``[ascend_context]
+    input_format`` (NCHW, NHWC or ND, MindSpore Lite "converter_tool_ascend" Table 1): ND with
+    ``--dynamic_dims`` profiles (which take ND only, atlasatcparam_16_0020) and where no input is an
+    NCHW image (token ids, masks, a KV cache), else NCHW."""
+    return "ND" if profiles or all(i.get("layout") == "ND" for i in inputs) else "NCHW"
 
 
 def batch_sizes(inputs: list[dict]) -> tuple[int, ...] | None:
@@ -305,7 +314,7 @@ fi
 atc --framework=5 \\
   --model="{model}" \\
   --output="$BUNDLE/model/{model_name}" \\
-  --input_format={"ND" if profiles else "NCHW"} \\
+  --input_format={input_format(inputs, bool(profiles))} \\
   --input_shape="{_shapes(inputs, ",", scalars=True)}" \\
   --soc_version="$SOC" \\
   --precision_mode={PRECISION[precision][1]}{flags}

@@ -8,7 +8,9 @@
    with MindSpore (``nn.GraphCell``), run ``samples/reference.npz``
    and compare with PyTorch's outputs within the manifest's tolerance, and by the recipe's task
    metric (top-1 agreement, pixel agreement, ...), gated like a stage; a bundle serving several
-   batch sizes (``inputs[].batch``) is also run on its PyTorch sample at every other size.
+   batch sizes (``inputs[].batch``) is also run on its PyTorch sample at every other size;
+   a text_generation bundle instead runs its own ``infer.py`` loop on the recorded prompts against
+   transformers' tokens (``generation.bundle.verify_generation``).
 
 The hashes detect corruption and edits of the payload; they are not a signature (whoever can
 rewrite the archive can rewrite the manifest): pin the archive's own sha256 for that.
@@ -39,6 +41,7 @@ class Verified:
     task: dict | None = None  # the recipe task's agreement of the MindIR with PyTorch (tasks.TaskResult)
     batches: dict[int, list[OutputMetrics]] = field(default_factory=dict)  # per extra inputs[].batch size
     lengths: dict[int, list[OutputMetrics]] = field(default_factory=dict)  # per extra inputs[].sequence length
+    generation: dict | None = None  # a text_generation bundle: its loop's tokens (generation.bundle.verify_generation)
 
 
 def check_files(hashes: dict[str, str], manifest: dict) -> list[str]:
@@ -84,9 +87,13 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
             )
         log(f"{len(hashes) - 1} files match manifest.json; unpacked safely")
         lint.raise_for(
-            lint.lint_files({n: (root / n).read_bytes() for n in hashes if n.startswith("targets/")}), str(archive)
+            lint.lint_files({n: (root / n).read_bytes() for n in hashes if lint.board_file(n)}), str(archive)
         )
         log("board-tool settings: every flag and key as documented (package/vendor_flags.py)")
+        if manifest["model"].get("task") == "text_generation":  # two graphs and the board's loop
+            from torch2ms.generation.bundle import verify_generation
+
+            return Verified(manifest, len(hashes) - 1, generation=verify_generation(archive, root, manifest, log))
         outputs, reference, batches, lengths = _run_mindir(root, manifest)
     metrics, n = compare_outputs(outputs, reference), len(outputs)
     tol = Tolerance(manifest["tolerance"]["rel_error"], manifest["tolerance"]["cosine"], 0.0)

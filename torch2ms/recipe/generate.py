@@ -30,6 +30,12 @@ class GenerateSpec(_Strict):
     batch: int | None = Field(
         default=None, ge=1, description="the graphs' batch: prompts run in batches of it (default: all in one)"
     )
+    prompt_gears: tuple[int, ...] | None = Field(
+        default=None,
+        description="the prefill graph's static prompt lengths (ATC --dynamic_dims gears), increasing, e.g. "
+        "[16, 32, 64]: a batch is left-padded to the smallest gear that holds its longest prompt (default: one "
+        "gear, the longest prompt)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -48,13 +54,26 @@ class GenerateSpec(_Strict):
             raise ValueError(f"range [{self.range[0]}, {self.range[1]}) is not [low, high) with 0 <= low < high")
         if len(self.lengths()) % self.batch_size():
             raise ValueError(f"batch {self.batch}: {len(self.lengths())} prompts do not make batches of {self.batch}")
-        need = max(self.lengths()) + self.max_new_tokens
-        if self.cache_length < need:
+        gears = self.prompt_gears
+        if gears is not None and (not gears or gears[0] < 1 or list(gears) != sorted(set(gears))):
+            raise ValueError(f"prompt_gears {list(gears)}: give increasing positive lengths, e.g. [16, 32, 64]")
+        if gears is not None and gears[-1] < max(self.lengths()):
             raise ValueError(
-                f"cache_length {self.cache_length} is below the longest prompt ({max(self.lengths())}) plus "
+                f"prompt_gears {list(gears)}: the largest gear is below the longest prompt ({max(self.lengths())})"
+            )
+        longest = max(self.gears())
+        need = longest + self.max_new_tokens
+        if self.cache_length < need:
+            what = "the largest prompt gear" if gears is not None else "the longest prompt"
+            raise ValueError(
+                f"cache_length {self.cache_length} is below {what} ({longest}) plus "
                 f"max_new_tokens ({self.max_new_tokens}): give cache_length >= {need}"
             )
         return self
+
+    def gears(self) -> tuple[int, ...]:
+        """The prefill graph's prompt lengths: ``prompt_gears``, or the longest prompt alone."""
+        return self.prompt_gears or (max(self.lengths()),)
 
     def lengths(self) -> tuple[int, ...]:
         """Every prompt's length, in order."""
