@@ -63,6 +63,7 @@ def generation_setup(run_root: Path):
         data["batch"],
         data["max_new_tokens"],
         data["cache_length"],
+        tuple(data.get("gears") or [max(len(p) for p in data["prompts"])]),  # a run from before the gears
     )
     with np.load(folder / REFERENCE) as f:
         return plan, Generated(f["tokens"], f["logits"])
@@ -82,20 +83,20 @@ class W8A16Emulator:
 
     def __init__(self, run_root: Path, plan, reference, lm_head: bool = True):
         from torch2ms.generation.check import _cell_runner
-        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized
+        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized, layer_key
         from torch2ms.runtime import msutil
 
         ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)  # built as the fold stage builds them; run in GRAPH_MODE
         self.ms, self.plan, self.reference = ms, plan, reference
         cells = {g: msutil.build_network(Path(run_root) / g / "fold", f"w8a16_{g}") for g in GRAPHS}
-        layers = {g: dense_layers(c) for g, c in cells.items()}
-        if [n for n, _ in layers["prefill"]] != [n for n, _ in layers["decode"]]:
+        layers = {g: {layer_key(n): c for n, c in dense_layers(c)} for g, c in cells.items()}
+        if sorted(layers["prefill"]) != sorted(layers["decode"]):
             raise ValueError("the prefill and decode fold networks have different dense layers")
-        self.names = [n for n, _ in layers["decode"] if lm_head or not is_lm_head(n)]
+        self.names = [n for n, _ in dense_layers(cells["decode"]) if lm_head or not is_lm_head(n)]
         self.labels = [n.removeprefix("model.") for n in self.names]
         self.op_types = ["Dense"] * len(self.names)
-        self.params = [[dict(layers[g])[n].weight for g in GRAPHS] for n in self.names]
+        self.params = [[layers[g][layer_key(n)].weight for g in GRAPHS] for n in self.names]
         self.float = [p[0].asnumpy() for p in self.params]
         self.int8 = [fake_quantized(w) for w in self.float]
         self.cells = cells
@@ -117,7 +118,7 @@ class W8A16Emulator:
 
     def run(self, low, samples: int) -> list:
         """Teacher-forced greedy decoding of the first ``samples`` batches with ``low`` in int8."""
-        from torch2ms.generation.loop import greedy
+        from torch2ms.generation.loop import gear_for, greedy
 
         self.set_low(low)
         self.runs += 1
@@ -125,8 +126,18 @@ class W8A16Emulator:
         out = []
         for k, ref in enumerate(batches(self.reference, p.batch)[:samples]):
             prompts = p.prompts[k * p.batch : (k + 1) * p.batch]
-            out.append(greedy(self.runner, prompts, p.max_new_tokens, p.cache_length, ref.tokens, p.prompt_length))
+            gear = gear_for(p.gears, prompts)  # as the generation check pads each batch
+            out.append(greedy(self.runner, prompts, p.max_new_tokens, p.cache_length, ref.tokens, gear))
         return out
+
+
+def _example(ms, spec: dict, gears: bool):
+    """An export input of ``graph_inputs``' ``spec``; with prompt ``gears`` its length (dimension 1:
+    the prefill's ids and mask) dynamic, as the mindir stage exports a sequence-length profile."""
+    if not gears:
+        return ms.Tensor(np.zeros(spec["shape"], dtype=spec["dtype"]))
+    shape = [None if k == 1 else d for k, d in enumerate(spec["shape"])]
+    return ms.Tensor(shape=shape, dtype=ms.Tensor(np.zeros((), dtype=spec["dtype"])).dtype)
 
 
 def judge(recipe, outputs: list, reference: list) -> dict:
@@ -208,7 +219,8 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
             quantize_network(cell, int8)
             cell.compile_cache.clear()  # else mindspore.export reuses the graph compiled before the rewrite
         msutil.set_graph_mode(ms)
-        example = [ms.Tensor(np.zeros(i["shape"], dtype=i["dtype"])) for i in graph_inputs(graph, emu.plan)]
+        gears = graph == "prefill" and len(emu.plan.gears) > 1
+        example = [_example(ms, i, gears) for i in graph_inputs(graph, emu.plan)]
         folder = Path(out) / graph
         folder.mkdir(parents=True, exist_ok=True)
         written[graph] = mindir_layout.export(ms, cell, *example, folder=folder)
@@ -228,8 +240,8 @@ def check_mindirs(out: Path, plan, reference) -> tuple[list[str], dict]:
     runner = stage_runner("mindir", {g: Path(out) / g for g in GRAPHS}, {})
     try:
         args = (plan.prompts, plan.batch, plan.max_new_tokens, plan.cache_length)
-        free = greedy_batches(runner, *args)
-        forced = greedy_batches(runner, *args, teacher=reference.tokens)
+        free = greedy_batches(runner, *args, gears=plan.gears)
+        forced = greedy_batches(runner, *args, teacher=reference.tokens, gears=plan.gears)
     finally:
         ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -243,7 +255,8 @@ def check_mindirs(out: Path, plan, reference) -> tuple[list[str], dict]:
 
 def is_lm_head(name: str) -> bool:
     """Whether the dense layer at path ``name`` is the output projection to the vocabulary."""
-    return name.split(".")[-1] == "lm_head"
+    key = name.replace(".", "_")  # either layout's name (w8a16_cell.layer_key)
+    return key == "lm_head" or key.endswith("_lm_head")
 
 
 def _bytes(files) -> int:

@@ -79,15 +79,24 @@ def dense_layers(network: nn.Cell) -> list[tuple[str, nn.Dense]]:
     return [(name, cell) for name, cell in network.cells_and_names() if isinstance(cell, nn.Dense)]
 
 
+def layer_key(path: str) -> str:
+    """A dense layer's name in either layout: the modules layout's path (``model.lm_head``) as the
+    flat layout writes its attribute (``model_lm_head``), so a flat prefill graph (a prompt-gear
+    profile is written flat) and a modules-layout decode graph name their layers alike."""
+    return path.replace(".", "_")
+
+
 def quantize_network(network: nn.Cell, names) -> list[str]:
-    """Replace the dense layers named in ``names`` (paths from ``dense_layers``) by ``Int8Dense`` in
-    place; returns the paths replaced. A name that is not a dense layer of ``network`` is an error."""
+    """Replace the dense layers named in ``names`` (paths from ``dense_layers``, of this network or of
+    the other layout: ``layer_key``) by ``Int8Dense`` in place; returns the paths replaced. A name
+    that is not a dense layer of ``network`` is an error."""
     layers = dict(dense_layers(network))
-    missing = sorted(set(names) - set(layers))
+    wanted = {layer_key(n) for n in names}
+    missing = sorted(wanted - {layer_key(n) for n in layers})
     if missing:
         raise KeyError(f"not a dense layer of the network: {', '.join(missing)}")
     done = []
-    for name in (n for n in layers if n in set(names)):
+    for name in (n for n in layers if layer_key(n) in wanted):
         *up, last = name.split(".")
         parent = network
         for key in up:
