@@ -318,9 +318,13 @@ def _tidy(path: Path, model) -> None:
     """Drop the prefix the export wrapper adds to node names (``/inner/``) and weights (``inner.``),
     and give back each weight the exporter merged its own initializer (``unmerge``)."""
     import onnx
+    from onnx.external_data_helper import uses_external_data
 
-    m = onnx.load(str(path))
-    unmerge(m, set(model.state_dict()))
+    # a model over protobuf's 2 GB keeps its weights in the exporter's external files: edited as
+    # references to them, so the graph stays one small proto
+    external = any(uses_external_data(t) for t in onnx.load(str(path), load_external_data=False).graph.initializer)
+    m = onnx.load(str(path), load_external_data=not external)
+    unmerge(m, set(model.state_dict()), base_dir=str(path.parent) if external else "")
     renamed = {t.name: t.name[len("inner.") :] for t in m.graph.initializer if t.name.startswith("inner.")}
     for t in m.graph.initializer:
         t.name = renamed.get(t.name, t.name)
@@ -363,12 +367,12 @@ def _unwrap_scopes(node) -> None:
             classes.value = repr(names[1:])  # the wrapper was the root: the model's class is now
 
 
-def unmerge(m, keys: set[str]) -> None:
+def unmerge(m, keys: set[str], base_dir: str = "") -> None:
     """The TorchScript exporter keeps one initializer for equal weights and reads the others through
     ``Identity`` nodes (every LayerNorm's default ones: ``inner.ln_2.weight = Identity(inner.ln_1.weight)``).
     Each such weight of the state_dict (``keys``) becomes an initializer of its own again, so that the
     weight map and ``load-weights`` tell ``ln_1.weight`` from ``ln_2.weight`` (weights trained apart
-    are no longer equal)."""
+    are no longer equal). ``base_dir``: where external weights are, for a model loaded without them."""
     from onnx import numpy_helper
 
     inits = {t.name: t for t in m.graph.initializer}
@@ -378,7 +382,7 @@ def unmerge(m, keys: set[str]) -> None:
         out = n.output[0]
         if out.removeprefix("inner.") not in keys:
             continue
-        copy = numpy_helper.from_array(numpy_helper.to_array(inits[n.input[0]]), out)
+        copy = numpy_helper.from_array(numpy_helper.to_array(inits[n.input[0]], base_dir), out)
         m.graph.initializer.append(copy)
         inits[out] = copy
         m.graph.node.remove(n)
