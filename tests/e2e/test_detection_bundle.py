@@ -34,6 +34,11 @@ def _small_recipe(d: Path, size: int) -> Path:
     return path
 
 
+# the YOLO conversion and its bundle (~55 s): slow; detection's task check and post-processing on
+# real outputs stay in make test (tests/tasks/test_detection_task.py, tests/postprocess)
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     d = tmp_path_factory.mktemp("yolo")

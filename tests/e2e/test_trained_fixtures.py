@@ -31,6 +31,11 @@ MIN_ACCURACY = {"digits": 0.95, "shapes": 0.95}  # held-out top-1 / pixel accura
 TASK = {"digits": "classification", "shapes": "segmentation"}
 
 
+# trains both models (~33 s) and converts one: slow; the trained weights that packages ship (PP-OCR,
+# MTCNN: tests/e2e) are make test's trained fixtures
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> dict[str, tm.Trained]:
     d = tmp_path_factory.mktemp("trained")

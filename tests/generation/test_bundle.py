@@ -48,6 +48,7 @@ def _unpacked(path: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # package, verify and a board-script run (~45 s): make test converts the recipe end to end
 def test_the_bundle_verifies_and_its_infer_py_generates_transformers_tokens(bundle, tmp_path):
     done, reference, prompts = bundle
     gen = done.manifest["generation"]

@@ -315,6 +315,7 @@ def test_infer_py_self_check_passes(tiny_bundle, tmp_path):
     assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
 
 
+@pytest.mark.slow  # a conversion of its own (~22 s); verify's bound from the record: test_package_then_verify_ok
 def test_a_network_passed_at_its_noise_floor_verifies_at_that_bound(tmp_path, capsys):
     """A recipe bound below what float32 can give (1e-12) passes its stages only through the
     noise-floor rule; the bundle carries the bound the MindIR stage passed under, so verify agrees

@@ -61,6 +61,37 @@ class Verdict:
     evidence: dict | None = None
 
 
+def task_check(recipe: Recipe, outputs, reference, floor: float | None, source: str | None):
+    """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if
+    any. ``floor``: the agreement two correct float32 implementations reach (``tasks.bound``)."""
+    from torch2ms.tasks import bound, task_for
+
+    t = task_for(recipe)
+    result = t.measure(recipe, outputs, reference) if t else None
+    if result is None:
+        return None, None
+    b = bound(recipe, t, floor, source or "")
+    result.gate = b
+    if result.agreement < b["agreement"]:
+        why = "" if b["by"] == "recipe" else f" ({b['by']})"
+        return result, f"{result.metric} {result.agreement:.4f} < {b['agreement']:.4g}{why}"
+    return result, None
+
+
+@dataclass
+class TaskGate:
+    """``task_check``'s violation (or None) for a stage's candidate outputs, a plain object so that
+    it crosses into the process the compile stage builds a graph-kernel variant again in."""
+
+    recipe: Recipe
+    reference: list
+    floor: float | None
+    source: str
+
+    def __call__(self, outputs: list[dict]) -> str | None:
+        return task_check(self.recipe, outputs, self.reference, self.floor, self.source)[1]
+
+
 class Runner:
     def __init__(
         self,
@@ -406,29 +437,16 @@ class Runner:
             return proof.for_export(self.ctx, out / "model.onnx", beyond)
         return proof.for_compiled(self.ctx, stage, beyond, outputs)
 
-    def _task_gate(self, floors: Floors) -> Callable[[list[dict]], str | None]:
+    def _task_gate(self, floors: Floors) -> TaskGate:
         """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run."""
-        return lambda outputs: self._task_check(outputs, self.ctx.reference()[1], *self._task_floor(floors))[1]
+        return TaskGate(self.recipe, self.ctx.reference()[1], *self._task_floor(floors))
 
     @staticmethod
     def _task_floor(floors: Floors) -> tuple[float | None, str]:
         return floors.task, "onnxruntime's disagreement with PyTorch"
 
     def _task_check(self, outputs, reference, floor: float | None, source: str | None):
-        """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if
-        any. ``floor``: the agreement two correct float32 implementations reach (``tasks.bound``)."""
-        from torch2ms.tasks import bound, task_for
-
-        t = task_for(self.recipe)
-        result = t.measure(self.recipe, outputs, reference) if t else None
-        if result is None:
-            return None, None
-        b = bound(self.recipe, t, floor, source or "")
-        result.gate = b
-        if result.agreement < b["agreement"]:
-            why = "" if b["by"] == "recipe" else f" ({b['by']})"
-            return result, f"{result.metric} {result.agreement:.4f} < {b['agreement']:.4g}{why}"
-        return result, None
+        return task_check(self.recipe, outputs, reference, floor, source)
 
     def _localize(self, stage: str, out: Path):
         """After a failed rebuild/fold check, or one that needs evidence past check.ceiling: the
