@@ -437,9 +437,14 @@ class Runner:
             return proof.for_export(self.ctx, out / "model.onnx", beyond)
         return proof.for_compiled(self.ctx, stage, beyond, outputs)
 
-    def _task_gate(self, floors: Floors) -> TaskGate:
-        """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run."""
-        return TaskGate(self.recipe, self.ctx.reference()[1], *self._task_floor(floors))
+    def _task_gate(self, floors: Floors) -> TaskGate | None:
+        """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run;
+        None where the run has no PyTorch reference (a stage list without the export's)."""
+        try:
+            reference = self.ctx.reference()[1]
+        except KeyError:
+            return None
+        return TaskGate(self.recipe, reference, *self._task_floor(floors))
 
     @staticmethod
     def _task_floor(floors: Floors) -> tuple[float | None, str]:
