@@ -440,11 +440,9 @@ class Runner:
     def _task_gate(self, floors: Floors) -> TaskGate | None:
         """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run;
         None where the run has no PyTorch reference (a stage list without the export's)."""
-        try:
-            reference = self.ctx.reference()[1]
-        except KeyError:
+        if not any("reference.npz" in st.writes and st.enabled(self.recipe) for st in self.ctx.pipeline()):
             return None
-        return TaskGate(self.recipe, reference, *self._task_floor(floors))
+        return TaskGate(self.recipe, self.ctx.reference()[1], *self._task_floor(floors))
 
     @staticmethod
     def _task_floor(floors: Floors) -> tuple[float | None, str]:
