@@ -2,16 +2,18 @@
 against transformers' ``generate`` (``reference``), in the runner's check (``Stage.checks``).
 
 ``GenerationCheck`` is set on the decode graph's stages (``generation.convert``): the prefill graph's
-same stage has run by then, in its own run folder. ``stage_runner`` runs both graphs the stage's way:
+same stage has run by then, in its own run folder. ``graph_call`` runs a graph the stage's way:
 
 * export: the two ``model.onnx`` in onnxruntime (the reference sessions);
 * rebuild, fold: the generated ``network.py`` cells in PyNative;
 * compile: the fold's cells in GRAPH_MODE, with the graph-kernel flags the compile stage chose;
 * mindir: the reloaded ``network.mindir`` (``mindspore.load`` + ``nn.GraphCell``).
 
-Two greedy runs over the recipe's prompts: free-running (the tokens the stage would produce) and
-teacher-forced on the reference's tokens (the logits compared like with like at every step). The
-stage fails when
+Two greedy runs over the recipe's prompts (``stage_generation``): free-running (the tokens the stage
+would produce) and teacher-forced on the reference's tokens (the logits compared like with like at
+every step), from one prefill of each batch. The graphs are built one at a time, the prefill's
+released before the decode graph is built, so that the check holds one graph's weights besides the
+stage's own. The stage fails when
 
 * a teacher-forced step's argmax is not the reference's token, unless the reference's own top-2
   gap there is within float noise (``GenerationCheck.noise``: from the export stage's teacher-forced
@@ -34,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.generation.compare import first_divergence, step_errors, top2_gaps
-from torch2ms.generation.loop import Generated, Runner, greedy_batches
+from torch2ms.generation.loop import Generated, Runner, decode_batches, prefill_batches
 
 REFERENCE = "reference.npz"  # in the generation folder: transformers' tokens and logits
 
@@ -59,10 +61,9 @@ class GenerationCheck:
             reference = Generated(f["tokens"], f["logits"])
         folders = self._folders(ctx, stage, out)
         try:
-            runner = stage_runner(stage.name, folders, produced.extra, ctx.recipe.compile.jit_level)
             run = (self.prompts, self.batch, self.max_new_tokens, self.cache_length)
-            free = greedy_batches(runner, *run, gears=self.gears)
-            forced = greedy_batches(runner, *run, teacher=reference.tokens, gears=self.gears)
+            calls = (stage.name, folders, produced.extra, ctx.recipe.compile.jit_level)
+            free, forced = stage_generation(*calls, *run, reference.tokens, self.gears)
         finally:
             if stage.name != "export":  # the next stage starts in PyNative, as the compile stage leaves it
                 from torch2ms.runtime import msutil
@@ -136,58 +137,93 @@ def _where(reference: Generated, forced: Generated, gaps, row: int, step: int) -
     )
 
 
-def stage_runner(
-    stage: str, folders: dict[str, Path], extra: dict, jit_level: str | None = None, checkpoints: dict | None = None
-) -> Runner:
-    """Both graphs as the stage runs them (see the module docstring); ``extra``: the decode graph's
-    stage extra (the compile stage's chosen variant and its flags); ``checkpoints``: per graph, another
-    checkpoint than the rebuild or fold stage's network.ckpt (``load-weights``')."""
-    if stage == "export":
-        from torch2ms.generation.export import Exported, onnx_runner
+def stage_generation(
+    stage: str,
+    folders: dict[str, Path],
+    extra: dict,
+    jit_level: str | None,
+    prompts,
+    batch: int,
+    max_new_tokens: int,
+    cache_length: int,
+    teacher: np.ndarray,
+    gears=None,
+    checkpoints: dict | None = None,
+) -> tuple[Generated, Generated]:
+    """``(free-running, teacher-forced)`` greedy decoding with the stage's graphs (``graph_call``): each
+    batch prefilled once, the prefill graph released, then the decode graph built and run twice."""
+    from torch2ms.runtime.memory import release_freed
 
-        return onnx_runner(Exported(folders["prefill"] / "model.onnx", folders["decode"] / "model.onnx", {}))
+    checkpoints = checkpoints or {}
+    call = graph_call(stage, "prefill", folders, extra, jit_level, checkpoints.get("prefill"))
+    starts = prefill_batches(call, prompts, batch, max_new_tokens, cache_length, gears)
+    del call
+    release_freed()
+    call = graph_call(stage, "decode", folders, extra, jit_level, checkpoints.get("decode"))
+    return (
+        decode_batches(call, starts, max_new_tokens, cache_length),
+        decode_batches(call, starts, max_new_tokens, cache_length, teacher),
+    )
+
+
+def stage_runner(stage: str, folders: dict[str, Path], extra: dict, jit_level: str | None = None) -> Runner:
+    """Both graphs as the stage runs them (``graph_call``), built at once: for a caller that times or
+    alternates them (``generation.bench``)."""
+    return Runner(*(graph_call(stage, g, folders, extra, jit_level) for g in ("prefill", "decode")))
+
+
+def graph_call(
+    stage: str, graph: str, folders: dict[str, Path], extra: dict, jit_level: str | None = None, checkpoint=None
+):
+    """The ``graph`` ("prefill", "decode") of ``folders`` as the stage runs it (see the module
+    docstring), a function of numpy arrays; ``extra``: the decode graph's stage extra (the compile
+    stage's chosen variant and its flags); ``checkpoint``: another checkpoint than the rebuild or fold
+    stage's network.ckpt (``load-weights``')."""
+    folder = folders[graph]
+    if stage == "export":
+        from torch2ms.generation.export import onnx_call
+
+        return onnx_call(folder / "model.onnx", graph)
     from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()
+    tag = f"generation_{stage}_{graph}"
     if stage in ("rebuild", "fold"):
         ms.set_context(mode=ms.PYNATIVE_MODE)
-        if checkpoints:
-            cells = {
-                g: msutil.load_network_module(folders[g] / "network.py", f"generation_{stage}_{g}").build(str(path))
-                for g, path in checkpoints.items()
-            }
+        if checkpoint:
+            cell = msutil.load_network_module(folder / "network.py", tag).build(str(checkpoint))
         else:
-            cells = {g: msutil.build_network(folders[g], f"generation_{stage}_{g}") for g in folders}
-        return _cell_runner(ms, cells, None)
+            cell = msutil.build_network(folder, tag)
+        return _cell_call(ms, cell, None)
     if stage == "compile":
         fused = extra.get("chosen") == "graph_kernel"
         mode = (True, extra.get("graph_kernel_flags") or "", jit_level) if fused else (False, "", jit_level)
         msutil.set_graph_mode(ms, *mode)
-        cells = {g: msutil.build_network(folders[g], f"generation_compile_{g}") for g in folders}
-        return _cell_runner(ms, cells, mode)
+        return _cell_call(ms, msutil.build_network(folder, tag), mode)
     if stage == "mindir":
         from torch2ms.runtime import mindir_layout
 
         mode = (False, "", None)
         msutil.set_graph_mode(ms, *mode)
-        cells = {g: ms.nn.GraphCell(ms.load(str(folders[g] / mindir_layout.GRAPH))) for g in folders}
-        return _cell_runner(ms, cells, mode)
+        return _cell_call(ms, ms.nn.GraphCell(ms.load(str(folder / mindir_layout.GRAPH))), mode)
     raise ValueError(f"no generation runner for stage {stage!r}")
 
 
 def _cell_runner(ms, cells: dict, mode: tuple | None) -> Runner:
-    """A runner of MindSpore cells: in PyNative (``mode`` None), else in GRAPH_MODE under ``mode``
-    (``msutil.set_graph_mode``'s graph_kernel, flags, jit_level), set before every call as the compile
-    stage's variants do (the environment's flags are the process's)."""
+    """Both graphs' cells as a runner (``_cell_call`` each)."""
+    return Runner(_cell_call(ms, cells["prefill"], mode), _cell_call(ms, cells["decode"], mode))
+
+
+def _cell_call(ms, cell, mode: tuple | None):
+    """A MindSpore cell as a function of numpy arrays: in PyNative (``mode`` None), else in GRAPH_MODE
+    under ``mode`` (``msutil.set_graph_mode``'s graph_kernel, flags, jit_level), set before every call
+    as the compile stage's variants do (the environment's flags are the process's)."""
     from torch2ms.runtime import msutil
 
-    def run(cell):
-        def call(*arrays):
-            if mode is not None:
-                msutil.set_graph_mode(ms, *mode)
-            out = cell(*(ms.Tensor(np.ascontiguousarray(a)) for a in arrays))
-            return tuple(o.asnumpy() for o in out)
+    def call(*arrays):
+        if mode is not None:
+            msutil.set_graph_mode(ms, *mode)
+        out = cell(*(ms.Tensor(np.ascontiguousarray(a)) for a in arrays))
+        return tuple(o.asnumpy() for o in out)
 
-        return call
-
-    return Runner(run(cells["prefill"]), run(cells["decode"]))
+    return call

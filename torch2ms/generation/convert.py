@@ -29,6 +29,11 @@ from torch2ms.generation.graphs import OUTPUTS, Decode, Prefill
 GRAPHS = ("prefill", "decode")
 PLAN = "plan.json"  # in the generation folder: the run's generation.plan.Plan
 FACTORY = "torch2ms.generation.convert:graph_module"
+# Weights from which every stage of both graphs runs in a process of its own (when the runner is asked
+# for own processes, as ``torch2ms convert`` does): MindSpore's memory pool keeps what a stage's cells
+# and their generation check held, so in one process each stage starts above the last one's peak
+# (benchmarks/results/generation_scale.md); a stage's process starts at MindSpore's import instead.
+OWN_PROCESS_BYTES = 100 * 2**20
 
 
 class PrefillGraph(Prefill):
@@ -108,13 +113,12 @@ def graph_recipe(recipe, plan, graph: str, write: str = "blend"):
     return parse_recipe(data, f"{recipe.name} ({graph} graph)", recipe.base_dir)
 
 
-def write_reference(recipe, plan, folder: Path) -> Path:
-    """transformers' greedy ``generate`` on the plan's prompts, saved as ``REFERENCE`` in ``folder``."""
+def write_reference(model, plan, folder: Path) -> Path:
+    """transformers' greedy ``generate`` by the recipe's ``model`` on the plan's prompts, saved as
+    ``REFERENCE`` in ``folder``."""
     from torch2ms.generation.reference import transformers_generate
-    from torch2ms.model_loader import build_model
     from torch2ms.pipeline.workspace import save_npz
 
-    model = build_model(recipe)
     ref = transformers_generate(model, plan.prompts, plan.max_new_tokens, plan.cache_length, plan.batch, plan.gears)
     folder.mkdir(parents=True, exist_ok=True)
     save_npz(folder / REFERENCE, {"tokens": ref.tokens.astype(np.int64), "logits": ref.logits})
@@ -123,15 +127,19 @@ def write_reference(recipe, plan, folder: Path) -> Path:
 
 def generation_runners(recipe, out_root: Path | None, log: Callable, own_processes: bool, write: str = "blend"):
     """The prefill and the decode graph's ``pipeline.runner.Runner``, the decode one's stages carrying
-    the generation check; the reference is written first (torch, in this process)."""
+    the generation check, each stage in a process of its own from ``OWN_PROCESS_BYTES`` of weights;
+    the reference is written first (torch, in this process)."""
     from torch2ms.generation.plan import generation_plan
     from torch2ms.model_loader import build_model
     from torch2ms.pipeline.workspace import write_json
     from torch2ms.stages import pipeline_runner
 
     root = Path(out_root or recipe.output) / recipe.name
-    plan = generation_plan(recipe, build_model(recipe))
-    reference = write_reference(recipe, plan, root / "generation")
+    model = build_model(recipe)
+    plan = generation_plan(recipe, model)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    reference = write_reference(model, plan, root / "generation")
+    del model
     write_json(root / "generation" / PLAN, dataclasses.asdict(plan))
     runners = {
         g: pipeline_runner(graph_recipe(recipe, plan, g, write), root, log=log, own_processes=own_processes)
@@ -149,6 +157,9 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
     )
     for stage in runners["decode"].stages:
         stage.checks = (check,)
+    if weight_bytes >= OWN_PROCESS_BYTES:
+        for stage in runners["prefill"].stages + runners["decode"].stages:
+            stage.own_process = True
     return runners
 
 

@@ -77,18 +77,22 @@ def export_graphs(
 
 
 def onnx_runner(exported: Exported) -> Runner:
-    """A runner of the two ONNX files in onnxruntime (REFERENCE sessions); torch is not imported."""
+    """A runner of the two ONNX files in onnxruntime (``onnx_call`` each)."""
+    return Runner(onnx_call(exported.prefill, "prefill"), onnx_call(exported.decode, "decode"))
+
+
+def onnx_call(path: Path, graph: str):
+    """The ``graph`` ("prefill", "decode") exported at ``path`` in onnxruntime (a REFERENCE session),
+    a function of numpy arrays in the graph's input order; torch is not imported."""
     import onnx
 
     from torch2ms.graph.onnxrt import REFERENCE, session
 
-    def run(path: Path, names):
-        op_types = {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
-        sess = session(path, REFERENCE, op_types)
+    names = PREFILL_INPUTS if graph == "prefill" else DECODE_INPUTS
+    op_types = {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
+    sess = session(path, REFERENCE, op_types)
 
-        def call(*arrays):
-            return tuple(sess.run(list(OUTPUTS), {n: np.ascontiguousarray(a) for n, a in zip(names, arrays)}))
+    def call(*arrays):
+        return tuple(sess.run(list(OUTPUTS), {n: np.ascontiguousarray(a) for n, a in zip(names, arrays)}))
 
-        return call
-
-    return Runner(run(exported.prefill, PREFILL_INPUTS), run(exported.decode, DECODE_INPUTS))
+    return call

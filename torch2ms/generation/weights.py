@@ -52,8 +52,7 @@ def load_generation_weights(recipe, root: Path, state_path: Path, log=print) -> 
 def _generate(model, plan, runs: dict, written: dict, noise_factor: float, log) -> dict:
     """Each stage's new checkpoints, greedy, against transformers' ``generate`` with the same weights;
     the near-tie bound as ``check.GenerationCheck.noise``, from the conversion's export record."""
-    from torch2ms.generation.check import judge, stage_runner
-    from torch2ms.generation.loop import greedy_batches
+    from torch2ms.generation.check import judge, stage_generation
     from torch2ms.generation.reference import transformers_generate
 
     gears = tuple(getattr(plan, "gears", None) or ()) or None
@@ -63,10 +62,8 @@ def _generate(model, plan, runs: dict, written: dict, noise_factor: float, log) 
         stage = weights.stage
         folders = {g: runs[g].stage_dir(stage) for g in runs}
         checkpoints = {g: next(w.checkpoint for w in written[g] if w.stage == stage) for g in runs}
-        runner = stage_runner(stage, folders, {}, checkpoints=checkpoints)
         run = (plan.prompts, plan.batch, plan.max_new_tokens, plan.cache_length)
-        free = greedy_batches(runner, *run, gears=gears)
-        forced = greedy_batches(runner, *run, teacher=reference.tokens, gears=gears)
+        free, forced = stage_generation(stage, folders, {}, None, *run, reference.tokens, gears, checkpoints)
         record = runs["decode"].read_record(stage) or {}
         bound = (record.get("bounds") or {}).get("logits") or {"rel_error": 1e-4, "cosine": 0.99999}
         export = ((runs["decode"].read_record("export") or {}).get("extra") or {}).get("generation", {})
