@@ -102,6 +102,7 @@ class Runner:
         *,
         stages: list[Stage],
         own_processes: bool = False,
+        alone: bool = False,
     ):
         from torch2ms.custom import plugins
 
@@ -111,6 +112,9 @@ class Runner:
         # stages that declare ``own_process`` run in a process of their own (``pipeline.own_process``);
         # with plugins, every stage does: a user's kernel that crashes ends its stage's process only
         self.own_processes = own_processes
+        # the runner runs one stage in a process of its own (``pipeline.stage_process``): no later stage
+        # in this process reads what the stage loaded
+        self.alone = alone
         root = Path(out_root or recipe.output)
         self.run_dir = RunDir(root / recipe.name)
         self.ctx = RunContext(recipe, self.run_dir, log=log)
@@ -251,12 +255,13 @@ class Runner:
         seconds_run = time.perf_counter() - t0
         gc.collect()  # the stage's cells and sessions sit in reference cycles; free them before the next stage
         m = self._measure(stage, produced, floors, out, done) if produced.outputs is not None else Measured()
+        later = [] if self.alone else self.stages[self.names.index(stage.name) + 1 :]
+        if not any("model.onnx" in st.reads for st in later):
+            self.ctx.drop_graphs()  # no later stage generates code from the ONNX; the checks build their own graphs
         for check in stage.checks:  # the stage's checks beyond its outputs (generation.check), recorded in extra
             found, produced.extra[check.name] = check(self.ctx, stage, out, produced, m)
             m.violations += found
         verdict = self._verdict(stage, out, m, produced.outputs)
-        if not any("model.onnx" in st.reads for st in self.stages[self.names.index(stage.name) + 1 :]):
-            self.ctx.drop_graphs()  # no later stage generates code from the ONNX
         counts, extra = produced.counts, produced.extra
         del produced
         release_freed()  # what the stage freed goes back to the system before the next one runs
