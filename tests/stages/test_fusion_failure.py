@@ -50,17 +50,53 @@ def gather_net() -> torch.nn.Module:
     return GatherNet()
 
 
-def _convert(work, graph_kernel: str) -> subprocess.CompletedProcess:
-    """``torch2ms convert`` in a process of its own, in ``work``: AKG's failure leaves a process unable
-    to build graph kernels, which would break the later tests of this pytest worker. Both recipes name
-    the same run, so the second conversion reuses the first's export, rebuild and fold."""
-    recipe = write_recipe(
-        work / f"{graph_kernel}.yaml",
-        name="gather",
+class PositionIds(torch.nn.Module):
+    """RoBERTa's position ids from its token ids (transformers' ``create_position_ids_from_input_ids``)
+    into a Linear: an Equal whose bool result is cast to int32 and on to int64. MindSpore's own
+    graph-kernel pass rejects that cluster before naming any kernel ("Not supported convert Int32 to
+    Int64", graph_fusion/convert_data_type.cc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, ids):
+        mask = ids.ne(1).int()
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+        return self.head(positions.float())
+
+
+def position_ids() -> torch.nn.Module:
+    return PositionIds()
+
+
+MODELS = {
+    "gather": dict(
         model={"factory": "stages.test_fusion_failure:gather_net", "seed": 0},
         inputs=[{"name": "x", "shape": [1, 4]}],
+        fusion={"enable_cluster_ops": ["Gather"]},
+    ),
+    "position_ids": dict(
+        model={"factory": "stages.test_fusion_failure:position_ids", "seed": 0},
+        inputs=[{"name": "ids", "shape": [2, 8], "dtype": "int64", "range": [0, 4]}],
+        fusion={},
+    ),
+}
+
+
+def _convert(work, graph_kernel: str, name: str = "gather") -> subprocess.CompletedProcess:
+    """``torch2ms convert`` of ``MODELS[name]`` in a process of its own, in ``work``: AKG's failure
+    leaves a process unable to build graph kernels, which would break the later tests of this pytest
+    worker. Both recipes of a model name the same run, so the second conversion reuses the first's
+    export, rebuild and fold."""
+    spec = MODELS[name]
+    recipe = write_recipe(
+        work / f"{name}_{graph_kernel}.yaml",
+        name=name,
+        model=spec["model"],
+        inputs=spec["inputs"],
         check={"samples": 1},
-        compile={"graph_kernel": graph_kernel, "warmup": 0, "runs": 2, "fusion": {"enable_cluster_ops": ["Gather"]}},
+        compile={"graph_kernel": graph_kernel, "warmup": 0, "runs": 2, "fusion": spec["fusion"]},
     )
     return subprocess.run(
         [sys.executable, "-m", "torch2ms", "convert", "--recipe", str(recipe)],
@@ -91,7 +127,7 @@ def test_auto_records_the_rejected_kernel_and_builds_it_again_without_its_op_typ
     assert failure["op_types"] == ["Gather"] and failure["scope"].startswith("Default/")
     assert "not supported" in failure["akg_error"] and failure["flags"] == "--enable_cluster_ops=Gather"
     # the retry kept Gather out of the fused kernels and built: both variants were timed
-    assert compiled["graph_kernel_rule"] == {"disable_cluster_ops": ["Gather"], "because": failure["fused_op"]}
+    assert compiled["graph_kernel_rule"] == {"disable_cluster_ops": ["Gather"], "because": [failure["fused_op"]]}
     assert compiled["fusion_rules"] == {"enable_cluster_ops": ["Gather"], "disable_cluster_ops": ["Gather"]}
     assert {"graph", "graph_kernel"} <= set(compiled["variants"])
     assert json.loads((run / "mindir" / "stage.json").read_text())["status"] == "passed"
@@ -103,6 +139,31 @@ def test_on_fails_naming_the_kernel_its_module_and_the_rule(work, auto_run):
     assert "graph-kernel fusion failed on Fused_Gather" in done.stderr
     assert "module" in done.stderr and "(scope Default/" in done.stderr
     assert "compile.fusion.disable_cluster_ops: ['Gather']" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def position_ids_run(work):
+    done = _convert(work, "auto", "position_ids")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return work / "runs" / "position_ids"
+
+
+def test_auto_keeps_out_the_op_type_of_a_failure_mindspore_names_no_kernel_for(position_ids_run):
+    compiled = json.loads((position_ids_run / "compile" / "compile.json").read_text())
+    (failure,) = compiled["graph_kernel_failures"]
+    assert failure["fused_op"] is None and failure["op_types"] == ["Equal"]
+    assert failure["raised_in"].startswith("mindspore/ccsrc/") and "convert_data_type.cc" in failure["raised_in"]
+    assert "Not supported convert Int32 to Int64" in failure["akg_error"]
+    assert compiled["graph_kernel_rule"]["disable_cluster_ops"] == ["Equal"]
+    assert {"graph", "graph_kernel"} <= set(compiled["variants"])
+    assert json.loads((position_ids_run / "mindir" / "stage.json").read_text())["status"] == "passed"
+
+
+def test_on_fails_naming_mindspores_pass_and_the_op_type_to_keep_out(work, position_ids_run):
+    done = _convert(work, "on", "position_ids")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "graph-kernel fusion failed in MindSpore's graph-kernel pass mindspore/ccsrc/" in done.stderr
+    assert "compile.fusion.disable_cluster_ops: ['Equal']" in done.stderr
 
 
 @pytest.mark.slow

@@ -17,7 +17,9 @@ descriptors 1 and 2, which the server inherits) is captured (``captured_output``
 read from both (``describe_failure``): the fused kernel (``Fused_Gather_split_123``), its op types
 (the kernel description's ops, else the names in the kernel's name), the scope of its first op
 (``Default/bert-BertModel/.../Select-op12``) and so the PyTorch module path (network.py mirrors the
-module tree: ``bert.encoder``), and the first line of the error.
+module tree: ``bert.encoder``), and the first line of the error. A failure in MindSpore's own pass,
+before any kernel is named, gives the pass's source line (``raised_in``) and, where its text is one
+of ``UNNAMED_FAILURES``, the op types that cause it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ _FUSED = re.compile(r"\b(Fused_[A-Za-z0-9_]*?_fusion(?:_\d+)?)\b|\b(Fused_[A-Za-
 _SCOPE = re.compile(r"\b(Default(?:/[\w.-]+)+)")
 _ARGS = "Compile error, args: "
 _ERROR_LINE = re.compile(r"error|exception|failed|not support", re.IGNORECASE)
+_CC_FRAME = re.compile(r"(mindspore/ccsrc/[\w/.-]+\.cc:\d+ \w+)")
+
+# Failures of MindSpore's own graph-kernel passes that name no fused kernel, by the error's text, with
+# the op types whose clusters raise them (each found by keeping op types out of the clusters one by one
+# on MindSpore 2.10's CPU; tests/stages/test_fusion_failure.py builds one):
+# - graph_fusion/convert_data_type.cc CastTensor, "Not supported convert Int32 to Int64": a cluster
+#   holding an Equal whose bool result is cast to int32 and on to int64 (RoBERTa's position ids).
+UNNAMED_FAILURES = {"Not supported convert Int32 to Int64": ("Equal",)}
 
 
 def parse_flags(text: str) -> dict[str, str]:
@@ -153,12 +163,17 @@ def describe_failure(error: BaseException, log: str) -> dict:
     said = str(error).strip().splitlines()
     said = said[0] if said else type(error).__name__
     first = next((ln.strip() for ln in log.splitlines() if _ERROR_LINE.search(ln)), said)
+    frame = _CC_FRAME.search(text)
+    op_types = list(dict.fromkeys(ops)) or (fused_op_types(fused) if fused else [])
+    if not fused:
+        op_types = next((list(o) for known, o in UNNAMED_FAILURES.items() if known in text), op_types)
     return {
         "fused_op": fused,
         "fused_from": desc.get("node_name"),
-        "op_types": list(dict.fromkeys(ops)) or (fused_op_types(fused) if fused else []),
+        "op_types": op_types,
         "scope": scope,
         "module": module_path(scope) if scope else None,
+        "raised_in": frame.group(1) if frame else None,
         "akg_error": first[:500],
         "exception": f"{type(error).__name__}: {said}"[:500],
     }

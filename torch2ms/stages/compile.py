@@ -39,6 +39,8 @@ from torch2ms.runtime.memory import release_freed
 
 # timed PyNative calls after the first: the speedup's reference, reported, not decided on
 PYNATIVE_RUNS = 3
+# graph-kernel builds again, each in a new process, after rejected kernels (graph_kernel_retry)
+RETRIES = 3
 
 
 class CompileStage(Stage):
@@ -61,7 +63,8 @@ class CompileStage(Stage):
         if failed:
             rule = e.get("graph_kernel_rule")
             after = f"built with disable_cluster_ops={rule['disable_cluster_ops']}" if rule else "not built"
-            note += f"; graph kernel: AKG rejected {failed[0].get('fused_op')}, {after}"
+            rejected = ", ".join(str(f.get("fused_op") or f.get("raised_in")) for f in failed if "akg_error" in f)
+            note += f"; graph kernel: rejected {rejected}, {after}"
         return note
 
     def run(self, ctx, out: Path) -> StageOutput:
@@ -155,8 +158,8 @@ class CompileStage(Stage):
         """The graph-kernel variant under the recipe's rules and ``rule``; returns the flags it built
         with. A build or run that fails is recorded in ``fusion["failures"]``: under ``on`` it fails the
         stage, naming the fused kernel, its module and the rule that keeps it out; under ``auto`` (and
-        no ``rule`` yet) ``fusion["retry"]`` gets that rule, the kernel's op types in
-        ``disable_cluster_ops``, and None is returned."""
+        while the kernel names op types ``rule`` does not keep out yet) ``fusion["retry"]`` gets
+        ``rule`` with those added to ``disable_cluster_ops``, and None is returned."""
         flags = graph_kernel.flags(spec, rule)
         try:
             with graph_kernel.captured_output() as captured:
@@ -165,14 +168,16 @@ class CompileStage(Stage):
             self._discard(key, state)
             failure = {"variant": key, "flags": flags, **graph_kernel.describe_failure(err, "".join(captured))}
             fusion["failures"].append(failure)
-            log(f"compile: the graph-kernel build failed: {failure['fused_op']} ({failure['module']})")
+            log(f"compile: the graph-kernel build failed: {_failed_where(failure)}: {failure['akg_error']}")
             if spec.graph_kernel == "on":
                 raise StageFailed(*_on_failure(failure)) from None
-            if rule is None and failure["op_types"]:
-                fusion["retry"] = {"disable_cluster_ops": failure["op_types"]}
+            kept_out = (rule or {}).get("disable_cluster_ops", [])
+            if any(op not in kept_out for op in failure["op_types"]):
+                fusion["retry"] = {"disable_cluster_ops": list(dict.fromkeys([*kept_out, *failure["op_types"]]))}
             return None
         if rule:
-            fusion["rule"] = {**rule, "because": fusion["failures"][-1]["fused_op"]}
+            because = [f.get("fused_op") or f.get("akg_error") for f in fusion["failures"] if f.get("op_types")]
+            fusion["rule"] = {**rule, "because": because}
         fusion["flags"] = flags
         fusion["rules"] = graph_kernel.rules(spec, rule)
         return flags
@@ -292,28 +297,46 @@ def passing_variant(order: list[str], outputs_of, check) -> tuple[str, list, lis
     return chosen, outputs[chosen], rejected
 
 
+def _failed_where(failure: dict) -> str:
+    """Where a graph-kernel build failed: the fused kernel and its module, else MindSpore's pass."""
+    if not failure["fused_op"]:
+        where = failure.get("raised_in") or "(unnamed)"
+        return f"in MindSpore's graph-kernel pass {where}, before any kernel was named"
+    # MindSpore 2.10 names a fused kernel's ops without the cells above them (Default/Gather-op0)
+    module = failure["module"]
+    where = f"in module {module!r}" if module else "(MindSpore's kernel description names no module)"
+    return f"on {failure['fused_op']} {where} (scope {failure['scope']})"
+
+
 def _on_failure(failure: dict) -> tuple[str, str]:
     """The message and hint of a graph-kernel build that failed under ``graph_kernel: on``."""
     ops = failure["op_types"]
-    module = failure["module"]
-    # MindSpore 2.10 names a fused kernel's ops without the cells above them (Default/Gather-op0)
-    where = f" in module {module!r}" if module else " (MindSpore's kernel description names no module)"
-    rule = f"compile.fusion.disable_cluster_ops: {ops}" if ops else "compile.graph_kernel: auto (or off)"
-    return (
-        f"stage 'compile': graph-kernel fusion failed on {failure['fused_op'] or 'a fused kernel'}{where} "
-        f"(scope {failure['scope']}): {failure['akg_error']}",
-        f"keep it out with {rule}, or set compile.graph_kernel: auto to record the failure and go on",
-    )
+    message = f"stage 'compile': graph-kernel fusion failed {_failed_where(failure)}: {failure['akg_error']}"
+    if ops:
+        hint = f"keep it out with compile.fusion.disable_cluster_ops: {ops}, or set compile.graph_kernel: auto"
+        return message, f"{hint} to record the failure and go on"
+    return message, "set compile.graph_kernel: auto to record the failure and keep the plain graph, or off"
 
 
 def graph_kernel_retry(spec, src, inputs: list, names: list, measured: dict, log, check=None) -> dict:
     """The compile stage's measurement again in a fresh process, the graph-kernel variant under
-    ``measured``'s retry rule. After AKG's failure this process cannot build graph kernels any more
-    (MindSpore's build client answers "Get response before Open() error"), while the plain graph
-    still builds. Returns the child's measurement, or ``measured`` (the plain graph's) with the
-    child's failure recorded when it gave none."""
+    ``measured``'s retry rule, up to ``RETRIES`` times while each build names op types to keep out
+    that the rule does not hold yet (a model may have several kernels AKG rejects). After AKG's
+    failure a process cannot build graph kernels any more (MindSpore's build client answers "Get
+    response before Open() error"), while the plain graph still builds."""
+    for _ in range(RETRIES):
+        rule = measured["fusion"].pop("retry", None)
+        if rule is None:
+            break
+        measured = _retry(spec, src, inputs, names, measured, rule, log, check)
+    measured["fusion"].pop("retry", None)
+    return measured
+
+
+def _retry(spec, src, inputs: list, names: list, measured: dict, rule: dict, log, check) -> dict:
+    """One retry's measurement (the child's), or ``measured`` (the plain graph's) with the child's
+    failure recorded when it gave none."""
     fusion = measured["fusion"]
-    rule = fusion.pop("retry")
     log(f"compile: building the graph-kernel variant again in a new process with {rule}")
     with tempfile.TemporaryDirectory(prefix="torch2ms_compile_") as tmp:
         job, result = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
