@@ -74,6 +74,23 @@ def test_when_no_variant_passes_the_fastest_is_kept_and_every_failure_recorded()
     assert chosen == "float16" and [r["variant"] for r in rejected] == ["float16"]
 
 
+def test_beyond_the_ceiling_a_variant_must_match_the_network_it_was_compiled_from():
+    """As the verdict's evidence asks (pipeline.evidence.for_compiled): float32 stands for the
+    network.py in PyNative and for the plain graph that matches it; float16, within the wide bound
+    but apart from that code, gives way, as a graph-kernel variant that reorders sums would."""
+    reference, outputs = _variants()
+    wide = Tolerance(1e-1, 0.99, ceiling=(1e-9, 0.9999999999))
+    check = VariantCheck(wide, reference, source=outputs["float32"], same=Tolerance(1e-5))
+    chosen, _, rejected = passing_variant(["float16", "float32"], outputs.get, check)
+    assert chosen == "float32"
+    (failed,) = rejected
+    assert failed["variant"] == "float16"
+    assert "beyond check.ceiling, and apart from network.py in PyNative: relative error" in failed["violations"][0]
+    # without the source outputs (no bound past the ceiling) the wide bound alone decides
+    chosen, _, rejected = passing_variant(["float16", "float32"], outputs.get, VariantCheck(wide, reference))
+    assert (chosen, rejected) == ("float16", [])
+
+
 def test_without_a_check_the_fastest_is_kept():
     _, outputs = _variants()
     ran: list[str] = []

@@ -76,9 +76,6 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
     """compile/mindir: the network.py they were built from, replayed (the replay its own stage
     recorded, or one run now), and their outputs against that code's PyNative outputs within the
     recipe's bound."""
-    from torch2ms.conversion import PYNATIVE_OUTPUTS
-    from torch2ms.runtime import msutil
-
     src = ctx.artifact("network.py").parent
     check = ctx.recipe.check
     tol = Tolerance(check.rel_error, check.cosine)
@@ -89,24 +86,35 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
         evidence = _replay(ctx, src, tol, needed)
         if evidence["by"] != "replay":
             return evidence
-    # that code's own stage ran it on the same inputs in this process (a second network beside the
-    # compiled graph was compile's peak for RT-DETR); run it here when that stage was up to date
-    pynative = ctx.cache.get(PYNATIVE_OUTPUTS, {}).get(src.name)
-    ran = f"{src.name}'s check, this run" if pynative is not None else "here"
-    if pynative is None:
-        ms = msutil.mindspore()
-        mode = ms.get_context("mode")
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        try:
-            network = msutil.build_network(src, f"evidence_{stage.name}")
-            pynative = msutil.run_cell(network, ctx.reference_inputs(), list(outputs[0]))
-        finally:
-            ms.set_context(mode=mode)
+    pynative, ran = pynative_outputs(ctx, src, list(outputs[0]), f"evidence_{stage.name}")
     same = compare_outputs(outputs, pynative)
     apart = [f"output {m.name!r}: {v}" for m in same for v in tol.violations(m)]
     if apart:
         return none(needed, f"its outputs differ from {src.name}'s network.py in PyNative: {'; '.join(apart)}")
     return {**evidence, "pynative_rel_error": max(m.rel_error for m in same), "pynative_ran": ran}
+
+
+def pynative_outputs(ctx, src, names: list[str], tag: str) -> tuple[list[dict], str]:
+    """``src``'s network.py in PyNative on the reference inputs, and where that ran: its own stage's
+    check in this process when it ran (a second network beside the compiled graph was compile's peak
+    for RT-DETR), else here, kept for the run's later callers."""
+    from torch2ms.conversion import PYNATIVE_OUTPUTS
+    from torch2ms.runtime import msutil
+
+    pynative = ctx.cache.get(PYNATIVE_OUTPUTS, {}).get(src.name)
+    if pynative is not None:
+        return pynative, f"{src.name}'s check, this run"
+    ms = msutil.mindspore()
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        network = msutil.build_network(src, tag)
+        pynative = msutil.run_cell(network, ctx.reference_inputs(), names)
+        del network
+    finally:
+        ms.set_context(mode=mode)
+    ctx.cache.setdefault(PYNATIVE_OUTPUTS, {})[src.name] = pynative
+    return pynative, "here"
 
 
 def _replay(ctx, src, tol: Tolerance, needed: list[str]) -> dict:

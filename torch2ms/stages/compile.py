@@ -29,9 +29,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torch2ms.compare import compare_outputs, worst
+from torch2ms.compare import Tolerance, compare_outputs, worst
 from torch2ms.conversion import PYNATIVE_CALLS
 from torch2ms.errors import StageFailed
+from torch2ms.pipeline import evidence
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.runtime import graph_kernel, latency, msutil
@@ -75,7 +76,7 @@ class CompileStage(Stage):
         names = list(ctx.reference()[1][0])
 
         pynative = self._pynative(ctx, spec, inputs[0])
-        check = VariantCheck(ctx.tolerance, ctx.reference()[1], ctx.task_gate) if ctx.tolerance is not None else None
+        check = VariantCheck.for_stage(ctx, src, names)
         measured = self.measure(ms, spec, src, inputs, names, ctx.log, check=check)
         if measured["fusion"].get("retry"):
             measured = graph_kernel_retry(spec, src, inputs, names, measured, ctx.log, check)
@@ -253,30 +254,58 @@ class CompileStage(Stage):
 
 
 class VariantCheck:
-    """The stage's check on one variant's outputs: ``tolerance`` (``compare.Tolerance``) against
-    PyTorch's ``reference`` outputs per sample, then the recipe's task (``task_gate``: the runner's,
-    as it checks the variant kept; detection boxes, OCR text, top-1). Calling it returns the failure's
-    record (the worst violating output, its relative error and bound, every violation; ``task`` when
-    the task failed) or None when the outputs pass."""
+    """The stage's check on one variant's outputs, as the runner's verdict will judge the variant
+    kept: ``tolerance`` (``compare.Tolerance``) against PyTorch's ``reference`` outputs per sample;
+    then, for outputs beyond ``check.ceiling``, the evidence the verdict asks for there
+    (``pipeline.evidence.for_compiled``): the outputs of the network.py it was compiled from in
+    PyNative (``source``), matched within ``same`` (the recipe's bound), which graph kernels that
+    reorder a sum can miss where the plain graph does not; then the recipe's task (``task_gate``:
+    detection boxes, OCR text, top-1). Calling it returns the failure's record (the worst violating
+    output, its relative error and bound, every violation; ``task`` when the task failed) or None
+    when the outputs pass."""
 
-    def __init__(self, tolerance, reference: list[dict], task_gate=None):
+    def __init__(self, tolerance, reference: list[dict], task_gate=None, source=None, same=None):
         self.tolerance, self.reference, self.task_gate = tolerance, reference, task_gate
+        self.source, self.same = source, same
 
     def __call__(self, outputs: list[dict]) -> dict | None:
         metrics = compare_outputs(outputs, self.reference)
         failing = [m for m in metrics if self.tolerance.violations(m)]
+        violations = [f"output {m.name!r}: {v}" for m in failing for v in self.tolerance.violations(m)]
+        beyond = [m for m in metrics if self.tolerance.beyond_ceiling(m)]
+        if beyond and self.source is not None:
+            apart = [m for m in compare_outputs(outputs, self.source) if self.same.violations(m)]
+            failing += [m for m in beyond if m.name in {a.name for a in apart}]
+            violations += [
+                f"output {a.name!r}: beyond check.ceiling, and apart from network.py in PyNative: {v}"
+                for a in apart
+                for v in self.same.violations(a)
+            ]
         task = self.task_gate(outputs) if self.task_gate is not None else None
-        if not failing and task is None:
+        if not violations and task is None:
             return None
         w = worst(failing or metrics)
         return {
             "output": w.name,
             "rel_error": w.rel_error,
             "bound": self.tolerance.bound(w.name)["rel_error"],
-            "violations": [f"output {m.name!r}: {v}" for m in failing for v in self.tolerance.violations(m)]
-            + ([f"task: {task}"] if task else []),
+            "violations": violations + ([f"task: {task}"] if task else []),
             **({"task": task} if task else {}),
         }
+
+    @classmethod
+    def for_stage(cls, ctx, src, names: list[str]):
+        """The check for the compile stage of ``ctx``'s run (None where the runner gives no bound);
+        ``source`` is computed only where a bound reaches past the ceiling."""
+        tol = ctx.tolerance
+        if tol is None:
+            return None
+        past = tol.ceiling is not None and any(
+            tol.bound(n)["rel_error"] > tol.ceiling[0] or tol.bound(n)["cosine"] < tol.ceiling[1] for n in names
+        )
+        source = evidence.pynative_outputs(ctx, src, names, "compile_evidence")[0] if past else None
+        same = Tolerance(ctx.recipe.check.rel_error, ctx.recipe.check.cosine)
+        return cls(tol, ctx.reference()[1], ctx.task_gate, source, same)
 
 
 def passing_variant(order: list[str], outputs_of, check) -> tuple[str, list, list[dict]]:
