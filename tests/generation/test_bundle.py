@@ -17,6 +17,7 @@ import pytest
 
 from tests.generation.tiny import REPO, recipe_file
 from torch2ms.errors import CheckFailed
+from torch2ms.generation.plan import read_plan
 from torch2ms.package.archive import write_archive
 from torch2ms.package.verify import verify_bundle
 
@@ -31,7 +32,7 @@ def bundle(converted_llama, tmp_path_factory):
     done = build_generation_bundle(results, recipe, out, "atlas-200i-dk-a2", None, "fp32", lambda m: None)
     generation = results["prefill"].root.parent / "generation"
     reference = np.load(generation / "reference.npz")["tokens"]
-    return done, reference, json.loads((generation / "plan.json").read_text())["prompts"]
+    return done, reference, [list(p) for p in read_plan(generation.parent).prompts]
 
 
 def _infer(folder: Path, *args: str) -> subprocess.CompletedProcess:

@@ -18,7 +18,6 @@ prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per g
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from torch2ms.errors import Torch2msError
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS
+from torch2ms.generation.plan import read_plan
 
 GRAPHS = ("prefill", "decode")  # as generation.convert.GRAPHS (that module imports torch)
 SAMPLES = "samples/generation.npz"
@@ -59,21 +59,21 @@ def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, v
         files.update({f"{graph}/{name}": src for name, src in payload.items() if name not in ("README.md", "infer.py")})
         graphs[graph] = manifest
         warnings += [f"{graph}: {note}" for note in notes]
-    folder = Path(results["prefill"].root).parent / "generation"
-    plan = json.loads((folder / "plan.json").read_text())  # convert.PLAN
-    files[SAMPLES] = _samples(plan, folder)
+    run_root = Path(results["prefill"].root).parent
+    plan = read_plan(run_root)
+    files[SAMPLES] = _samples(plan, run_root / "generation")
     files["infer.py"] = (build.TEMPLATES / "generate.py").read_bytes()
     manifest = _manifest(recipe, version, plan, graphs, precisions, warnings)
     files["README.md"] = _readme(recipe.name, version, manifest).encode()
     return build.write_bundle(out_dir / f"{recipe.name}-{version}.tar.gz", files, manifest, warnings, log)
 
 
-def _samples(plan: dict, folder: Path) -> Path:
+def _samples(plan, folder: Path) -> Path:
     """``SAMPLES`` written into the run's generation folder (byte-identical for the same run)."""
     from torch2ms.generation.compare import top2_gaps
     from torch2ms.pipeline.workspace import load_npz, save_npz
 
-    prompts = plan["prompts"]
+    prompts = plan.prompts
     ids = np.full((len(prompts), max(len(p) for p in prompts)), -1, dtype=np.int32)
     for row, prompt in enumerate(prompts):
         ids[row, : len(prompt)] = prompt
@@ -91,28 +91,28 @@ def _samples(plan: dict, folder: Path) -> Path:
     return path
 
 
-def _manifest(recipe, version: str, plan: dict, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
+def _manifest(recipe, version: str, plan, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
     from torch2ms.package.build import FORMAT
 
-    g = plan["geometry"]
-    cache = [g["layers"], plan["batch"], g["kv_heads"], plan["cache_length"], g["head_dim"]]
+    g = plan.geometry
+    cache = list(g.cache_shape(plan.batch, plan.cache_length))
     return {
         "format": FORMAT,
         "model": {"name": recipe.name, "version": version, "task": recipe.task},
         "target": {**graphs["prefill"]["target"], "precision": precisions},
         "generation": {
-            "batch": plan["batch"],
-            "prompt_gears": list(plan["gears"]),
+            "batch": plan.batch,
+            "prompt_gears": list(plan.gears),
             "padding": "left: a batch's prompts end at its gear's last column, pads (id 0, mask 0) before them",
             "pad_id": 0,
-            "max_new_tokens": plan["max_new_tokens"],
-            "vocab": g["vocab"],
-            "positions": g["positions"],
+            "max_new_tokens": plan.max_new_tokens,
+            "vocab": g.vocab,
+            "positions": g.positions,
             "cache": {
-                "cache_length": plan["cache_length"],
-                "layers": g["layers"],
-                "kv_heads": g["kv_heads"],
-                "head_dim": g["head_dim"],
+                "cache_length": plan.cache_length,
+                "layers": g.layers,
+                "kv_heads": g.kv_heads,
+                "head_dim": g.head_dim,
                 "dtype": "float32",
                 "shape": cache,
             },

@@ -24,7 +24,6 @@ and teacher-forced against the reference, the first difference recorded): those 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -50,23 +49,11 @@ def generation_setup(run_root: Path):
     """``(plan, reference)`` of a converted generation run: its ``generation.plan.Plan`` and
     transformers' tokens and logits (``generation.loop.Generated``)."""
     from torch2ms.generation.check import REFERENCE
-    from torch2ms.generation.convert import PLAN
-    from torch2ms.generation.graphs import Geometry
     from torch2ms.generation.loop import Generated
-    from torch2ms.generation.plan import Plan
+    from torch2ms.generation.plan import read_plan
 
-    folder = Path(run_root) / "generation"
-    data = json.loads((folder / PLAN).read_text())
-    plan = Plan(
-        Geometry(**data["geometry"]),
-        tuple(tuple(p) for p in data["prompts"]),
-        data["batch"],
-        data["max_new_tokens"],
-        data["cache_length"],
-        tuple(data.get("gears") or [max(len(p) for p in data["prompts"])]),  # a run from before the gears
-    )
-    with np.load(folder / REFERENCE) as f:
-        return plan, Generated(f["tokens"], f["logits"])
+    with np.load(Path(run_root) / "generation" / REFERENCE) as f:
+        return read_plan(run_root), Generated(f["tokens"], f["logits"])
 
 
 def batches(reference, batch: int) -> list:
