@@ -137,6 +137,46 @@ def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloa
     assert types["a.weight"] == types["b.weight"] == "INT8" and types["a.scale"] == "FLOAT"
 
 
+def test_int8_tables_gather_their_dequantized_rows_in_pynative_and_from_a_reloaded_mindir(tmp_path):
+    """Both tables of ``w8a16_tables.Flat`` (the Embedding cell's and the inline one; the Parameter also
+    used by a MatMul is left alone) stored int8 per row: the same outputs as the float network with
+    the tables int8 rounds them to, in PyNative and from the MindIR exported in GRAPH_MODE and
+    reloaded, whose tables are INT8 with one FLOAT scale per row."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from tests.generation.w8a16_tables import Flat
+    from torch2ms.package.w8a16_cell import fake_quantized, gather_tables, quantize_tables
+
+    rng = np.random.default_rng(0)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    float_net, int8_net = Flat(), Flat()
+    for (name, f), (_, q) in zip(float_net.parameters_and_names(), int8_net.parameters_and_names()):
+        w = rng.standard_normal(tuple(f.shape)).astype(np.float32)
+        q.set_data(ms.Tensor(w))
+        f.set_data(ms.Tensor(w if name == "proj" else fake_quantized(w)))
+    found = [(path, attr) for path, _, attr in gather_tables(int8_net)]
+    assert found == [("model_wpe_weight", "model_wpe_weight"), ("embed_tokens.weight", "weight")], found
+    assert quantize_tables(int8_net, ["model_wpe_weight", "embed_tokens_weight"], tmp_path / "src") == [
+        "model_wpe_weight",
+        "embed_tokens.weight",
+    ]
+    x = ms.Tensor(rng.integers(-50, 50, (2, 3)).astype(np.int32))
+    position = ms.Tensor(rng.integers(0, 12, (2, 3)).astype(np.int32))
+    expected = float_net(x, position).asnumpy()
+    np.testing.assert_allclose(int8_net(x, position).asnumpy(), expected, rtol=1e-6, atol=1e-6)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        ms.export(int8_net, x, position, file_name=str(tmp_path / "net"), file_format="MINDIR")
+        loaded = nn.GraphCell(ms.load(str(tmp_path / "net.mindir")))
+        np.testing.assert_allclose(loaded(x, position).asnumpy(), expected, rtol=1e-6, atol=1e-6)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = _parameters(tmp_path / "net.mindir")
+    assert params["embed_tokens.weight"] == ("INT8", 50 * 8) and params["model_wpe_weight"] == ("INT8", 12 * 8)
+    assert params["embed_tokens.weight_scale"] == ("FLOAT", 50 * 4) and params["proj"][0] == "FLOAT"
+
+
 @pytest.mark.slow
 def test_the_w8a16_plan_of_a_converted_tiny_llama(tmp_path):
     """``check_w8a16`` on the tiny Llama converted without prompt gears: both fold networks in the
