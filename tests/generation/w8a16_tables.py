@@ -31,5 +31,8 @@ class Flat(nn.Cell):
         self.proj = Parameter(ms.Tensor(np.zeros((8, 8), np.float32)), name="proj")
 
     def construct(self, x, position):
-        h = self.embed_tokens(x) + ops.gather(self.model_wpe_weight, ops.cast(position, ms.int32) % 12, 0)
+        wpe = ops.gather(
+            self.model_wpe_weight, ops.cast(position, ms.int32) % 12, 0
+        )  # split over lines, as the formatter writes a long call
+        h = self.embed_tokens(x) + wpe
         return ops.matmul(h, self.proj) + ops.gather(self.proj, position % 8, 0)

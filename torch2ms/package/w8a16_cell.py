@@ -136,19 +136,18 @@ def gather_int8_rows(table, scale, indices):
 
 
 def _gathers(source: str, attr: str) -> list[tuple[int, int, str]]:
-    """``(start, end, indices)`` of each ``ops.gather(self.<attr>, <indices>, 0)`` in ``source``."""
-    head = f"ops.gather(self.{attr}, "
-    found, at = [], source.find(head)
-    while at >= 0:
-        depth, i = 0, at + len(head)
-        for i in range(at + len(head), len(source)):  # the indices end at the first top-level comma
+    """``(start, end, indices)`` of each ``ops.gather(self.<attr>, <indices>, 0)`` in ``source`` (a
+    call the formatter may have split over lines)."""
+    found = []
+    for head in re.finditer(rf"ops\.gather\(\s*self\.{attr}\s*,", source):
+        depth, i = 0, head.end()
+        for i in range(head.end(), len(source)):  # the indices end at the first top-level comma
             depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(source[i], 0)
             if depth == 0 and source[i] == ",":
                 break
-        tail = re.match(r",\s*0\s*\)", source[i:])
+        tail = re.match(r",\s*0\s*,?\s*\)", source[i:])
         if tail:
-            found.append((at, i + tail.end(), source[at + len(head) : i].strip()))
-        at = source.find(head, at + 1)
+            found.append((head.start(), i + tail.end(), source[head.end() : i].strip()))
     return found
 
 
