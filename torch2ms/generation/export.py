@@ -18,8 +18,8 @@ import numpy as np
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS, Runner
 
 if TYPE_CHECKING:
+    from torch2ms.generation.geometry import Geometry
     from torch2ms.generation.graphs import Decode, Prefill
-    from torch2ms.generation.plan import Geometry
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from collections.abc import Callable
 import torch
 
 from torch2ms.generation.cache import GraphCache, update_blend
+from torch2ms.generation.geometry import Geometry
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS
-from torch2ms.generation.plan import Geometry
 
 __all__ = ["DECODE_INPUTS", "OUTPUTS", "PREFILL_INPUTS", "Decode", "Geometry", "Prefill"]
 

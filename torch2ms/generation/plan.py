@@ -27,23 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import RecipeError, Torch2msError
+from torch2ms.generation.geometry import Geometry
 
 PLAN = "plan.json"  # in the run's generation folder
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """What the graphs' shapes need from the model: its cache per layer, vocabulary and positions
-    (``positions``: ``max_position_embeddings``, the longest sequence it is built for)."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    positions: int
-
-    def cache_shape(self, batch: int, cache_length: int) -> tuple[int, ...]:
-        return (self.layers, batch, self.kv_heads, cache_length, self.head_dim)
 
 
 def causal_lm(model):
