@@ -147,16 +147,17 @@ class W8A16Emulator:
         every layer's weight is moved by an independent uniform draw within +-scale/2 per element
         (the size of int8's rounding, not its values), over ``draws`` seeded draws, teacher-forced on
         every batch; the weights are float again afterwards."""
-        from torch2ms.package.w8a16_cell import quantize_rows
+        from torch2ms.package.w8a16_cell import row_scales
 
         rng = np.random.default_rng(0)
         ref = np.concatenate([r.logits for r in batches(self.reference, self.plan.batch)])
         top = np.argsort(ref, axis=-1)[..., -2:]  # [N, steps, 2]: the reference's second and first
         ref_gap = np.take_along_axis(ref, top[..., 1:], -1) - np.take_along_axis(ref, top[..., :1], -1)
+        scales = [row_scales(w) for w in self.float]
         moves = []
         for _ in range(draws):
-            for w, params in zip(self.float, self.params):
-                moved = w + rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) * quantize_rows(w)[1]
+            for w, scale, params in zip(self.float, scales, self.params):
+                moved = w + rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) * scale
                 for param in params:
                     param.set_data(self.ms.Tensor(moved))
             self.runs += 1

@@ -46,11 +46,16 @@ from mindspore import dtype as mstype
 QMAX = 127  # symmetric int8: -128 is never used, so q and -q are both representable
 
 
+def row_scales(weight: np.ndarray) -> np.ndarray:
+    """``scale float32 [out, 1]`` of a weight [out, in]: max |row| / 127 (1 for a row of zeros)."""
+    peak = np.abs(np.asarray(weight, dtype=np.float32)).max(axis=1, keepdims=True)
+    return np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32)
+
+
 def quantize_rows(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(q int8 [out, in], scale float32 [out, 1])`` of a weight [out, in] (module docstring)."""
     weight = np.asarray(weight, dtype=np.float32)
-    peak = np.abs(weight).max(axis=1, keepdims=True)
-    scale = np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32)
+    scale = row_scales(weight)
     q = np.clip(np.rint(weight / scale), -QMAX, QMAX).astype(np.int8)
     return q, scale
 
