@@ -1,11 +1,12 @@
 """W8A16 figures for benchmarks/results/w8a16.md: per generation run (converted up to the fold stage,
 e.g. by ``torch2ms precision --plan w8a16``), the prefill + decode MindIRs' bytes in fp32 and with
-the Linear weights int8 (every Linear, and every Linear but the lm_head), each reloaded and checked
-as generation against transformers' tokens (free-running and teacher-forced), and the Linear
-weights' share of the fp32 bytes.
+every Linear weight and gathered table (token embedding) int8, and with the Linear weights only, each
+reloaded and checked as generation against transformers' tokens (free-running and teacher-forced,
+near-ties within the run's int8 noise floor), and the Linear weights' and tables' share of the fp32 bytes.
 
     python benchmarks/w8a16_sizes.py runs/llama_tiny_generate runs/qwen2_tiny_generate \\
-        runs/gpt2_tiny_generate --out /tmp/w8a16 --json /tmp/w8a16/sizes.json
+        runs/gpt2_tiny_generate --recipes recipes/{llama,qwen2,gpt2}_tiny_generate.yaml \\
+        --out /tmp/w8a16 --json /tmp/w8a16/sizes.json
 """
 
 from __future__ import annotations
@@ -15,33 +16,36 @@ import json
 from pathlib import Path
 
 from torch2ms.package import w8a16
+from torch2ms.recipe import load_recipe
 
 
-def variants(root: Path, out: Path) -> dict:
-    """fp32, all Linear int8, all but the lm_head int8: bytes and the reloaded MindIRs' generation."""
+def variants(recipe, root: Path, out: Path) -> dict:
+    """fp32, every layer int8, the Linear layers only: bytes and the reloaded MindIRs' generation."""
     plan, reference = w8a16.generation_setup(root)
     emu = w8a16.W8A16Emulator(root, plan, reference)
-    row = {"fp32_bytes": sum(w8a16.fp32_mindirs(root, out / "fp32", emu).values())}
-    row["linear_fp32_bytes"] = len(w8a16.GRAPHS) * sum(w.nbytes for w in emu.float)
-    row["embedding_and_rest_bytes"] = row["fp32_bytes"] - row["linear_fp32_bytes"]
-    for name, lm_head in (("all_linear", True), ("no_lm_head", False)):
-        if name != "all_linear":
+    ties = w8a16.near_tie_record(recipe, reference, emu.noise_floor())
+    row = {"fp32_bytes": sum(w8a16.fp32_mindirs(root, out / "fp32", emu).values()), "near_tie": ties}
+    for name, tables in (("every_layer", True), ("linear_only", False)):
+        if name != "every_layer":
             emu = w8a16.W8A16Emulator(root, plan, reference)
-        int8 = [n for n in emu.names if lm_head or not w8a16.is_lm_head(n)]
+        int8 = [n for n in emu.names if tables or n not in emu.tables()]
         written = w8a16.export_mindirs(emu, out / name, int8)
-        _, generation = w8a16.check_mindirs(out / name, plan, reference)
-        size = sum(p.stat().st_size for files in written.values() for p in files)
+        _, generation = w8a16.check_mindirs(out / name, plan, reference, ties["bound"])
+        sizes = w8a16.sizes({"all": row["fp32_bytes"]}, emu, written)
+        size = sum(sizes["w8a16_bytes"].values())
         row[name] = {"bytes": size, "ratio": round(size / row["fp32_bytes"], 4), "layers_int8": len(int8), **generation}
+        row["linear_share"], row["tables_share"] = sizes["linear_share"], sizes["tables_share"]
     return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="<output>/<recipe name> of converted generation recipes")
+    ap.add_argument("--recipes", nargs="+", type=Path, required=True, help="their recipes, in the same order")
     ap.add_argument("--out", type=Path, required=True, help="folder for the MindIRs")
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
-    rows = {root.name: variants(root, args.out / root.name) for root in args.runs}
+    rows = {root.name: variants(load_recipe(r), root, args.out / root.name) for root, r in zip(args.runs, args.recipes)}
     args.json.write_text(json.dumps(rows, indent=2) + "\n")
     print(json.dumps(rows, indent=2))
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.generation.tiny import REPO, recipe_file
 from torch2ms.errors import CheckFailed
+from torch2ms.generation.plan import read_plan
 from torch2ms.package.archive import write_archive
 from torch2ms.package.verify import verify_bundle
 
@@ -31,7 +32,7 @@ def bundle(converted_llama, tmp_path_factory):
     done = build_generation_bundle(results, recipe, out, "atlas-200i-dk-a2", None, "fp32", lambda m: None)
     generation = results["prefill"].root.parent / "generation"
     reference = np.load(generation / "reference.npz")["tokens"]
-    return done, reference, json.loads((generation / "plan.json").read_text())["prompts"]
+    return done, reference, [list(p) for p in read_plan(generation.parent).prompts]
 
 
 def _infer(folder: Path, *args: str) -> subprocess.CompletedProcess:
@@ -175,3 +176,57 @@ def test_the_board_script_encodes_a_text_prompt_with_a_tokenizer_json(tmp_path, 
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(SystemExit, match="--tokenizer needs the tokenizers package: pip install tokenizers"):
         board._tokenizer(str(tmp_path / "tokenizer.json"))
+
+
+@pytest.mark.slow  # the W8A16 plan (~1 min here), a bundle, verify and infer.py --self-check
+def test_a_w8a16_bundle_carries_int8_mindirs_that_verify_and_generate(converted_llama, tmp_path):
+    """``--precision w8a16`` on the converted tiny Llama: the bundle's MindIRs are the plan's, their
+    int8 layers INT8 tensors (every Linear the plan quantized and the token embedding), smaller than
+    the fp32 bundle's; the manifest and README say what is int8; verify and infer.py pass."""
+    from tests.generation.test_w8a16 import _parameters
+    from torch2ms.generation.bundle import build_generation_bundle
+
+    recipe, results = converted_llama
+    done = build_generation_bundle(results, recipe, tmp_path / "dist", "atlas-200i-dk-a2", None, "w8a16", print)
+    section = done.manifest["w8a16"]
+    equal, total = section["tokens_equal"].split("/")
+    assert done.version.endswith("-w8a16") and equal == total
+    assert section["embedding"] == {"model.embed_tokens.weight": "int8"} and "lm_head" in " ".join(section["int8"])
+    folder = _unpacked(done.path, tmp_path / "bundle")
+    plan = json.loads((folder / "precision" / "w8a16_plan.json").read_text())
+    assert plan["int8"] == section["int8"] and (folder / "precision" / "w8a16_plan.md").is_file()
+    assert "## W8A16" in (folder / "README.md").read_text()
+    for graph in ("prefill", "decode"):
+        params = _parameters(folder / graph / "model" / "network.mindir")
+        int8 = {n for n, (t, _) in params.items() if t == "INT8"}
+        assert len(int8) == len(section["int8"]) == plan["layers"] - len(plan["keep_float"]), (graph, int8)
+        assert any(n.replace(".", "_").endswith("embed_tokens_weight") for n in int8), int8
+    fp32 = build_generation_bundle(results, recipe, tmp_path / "fp32", "atlas-200i-dk-a2", None, "fp32", print)
+    mindirs = {k: v for k, v in done.sizes.items() if k.endswith(".mindir")}
+    assert sum(mindirs.values()) < 0.75 * sum(v for k, v in fp32.sizes.items() if k.endswith(".mindir"))
+    verified = verify_bundle(done.path, log=lambda m: None)
+    assert (
+        verified.generation["tokens"]
+        == np.load(results["prefill"].root.parent / "generation" / "reference.npz")["tokens"].size
+    )
+    run = _infer(folder, "--self-check")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_w8a16_plan_whose_tokens_differ_is_refused_and_nothing_is_written(converted_llama, tmp_path, monkeypatch):
+    """A plan whose reloaded MindIRs generate other tokens (here its record says so) refuses the
+    bundle before anything is packaged."""
+    from torch2ms.generation import bundle
+    from torch2ms.package import w8a16
+
+    def differing(recipe, run_dir, out_dir, log=print, lm_head=True):
+        generation = {"tokens_equal": "11/12", "first_difference": "step 3, row 1: token 5 instead of 7"}
+        (tmp_path / "plan.json").write_text(json.dumps({"generation": generation, "violations": []}))
+        return {"plan": tmp_path / "plan.json"}
+
+    monkeypatch.setattr(w8a16, "w8a16_mindirs", differing)
+    recipe, results = converted_llama
+    out = tmp_path / "dist"
+    with pytest.raises(CheckFailed, match=r"W8A16 plan's MindIRs .* 11/12 equal free-running, first difference step 3"):
+        bundle.build_generation_bundle(results, recipe, out, "atlas-200i-dk-a2", None, "w8a16", lambda m: None)
+    assert not out.exists() or not any(out.iterdir())

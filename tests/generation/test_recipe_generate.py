@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tests.generation.tiny import build
-from torch2ms.errors import EXIT_USAGE, RecipeError
-from torch2ms.generation.plan import cache_geometry, generation_plan, prompt_ids
+from torch2ms.errors import EXIT_USAGE, RecipeError, Torch2msError
+from torch2ms.generation.plan import cache_geometry, generation_plan, prompt_ids, read_plan, write_plan
 from torch2ms.recipe import parse_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +112,14 @@ def test_plan_checks_prompts_against_the_model(llama, tmp_path):
     for generate, expect in cases:
         with pytest.raises(RecipeError, match=expect.replace("(", r"\(").replace(")", r"\)")):
             generation_plan(parse_recipe(_with(**generate), "r.yaml", tmp_path), llama)
+
+
+def test_the_plan_reads_back_as_written_and_a_run_without_one_is_named(llama, tmp_path):
+    plan = generation_plan(parse_recipe(_with(prompt_gears=[2, 3]), "r.yaml", tmp_path), llama)
+    write_plan(tmp_path / "run", plan)
+    assert read_plan(tmp_path / "run") == plan and plan.gears == (2, 3)
+    with pytest.raises(Torch2msError, match="generation/plan.json: not found"):
+        read_plan(tmp_path / "other")
 
 
 def test_drawn_prompts_follow_the_seed(tmp_path):

@@ -16,7 +16,7 @@ def w8a16_plan(r, runs: Path | None, out: Path | None) -> None:
     import json
 
     from torch2ms.generation.convert import generation_runners, run_generation
-    from torch2ms.package import w8a16
+    from torch2ms.package import w8a16, w8a16_report
     from torch2ms.pipeline.runner import raise_for
 
     if r.task != "text_generation":
@@ -35,18 +35,20 @@ def w8a16_plan(r, runs: Path | None, out: Path | None) -> None:
     dest = out or root / "precision" / "w8a16"
     paths = w8a16.w8a16_mindirs(r, root, dest, log=lambda m: console.print(f"[dim]{m}[/dim]"))
     plan = json.loads(paths["plan"].read_text())
-    (dest / "precision.md").write_text(w8a16.plan_markdown(plan, r.name))
-    m, g = plan["mindir"], plan["generation"]
+    (dest / "precision.md").write_text(w8a16_report.plan_markdown(plan, r.name))
+    m, g, t = plan["mindir"], plan["generation"], plan["near_tie"]
     out_console.print(
         f"w8a16 plan for {r.name}: teacher-forced top-1 agreement >= {plan['bound']['w8a16_top1_agreement']}; "
-        f"{len(plan['int8'])}/{plan['layers']} Linear layers in int8, kept float: "
-        + (", ".join(plan["keep_float"]) or "none"),
+        f"{len(plan['int8'])}/{plan['layers']} layers in int8 (tables: {w8a16_report.embedding_text(plan)}), kept "
+        "float: " + (", ".join(plan["keep_float"]) or "none"),
         highlight=False,
     )
     out_console.print(
-        f"  MindIRs {sum(m['w8a16_bytes'].values())} bytes, {m['ratio']:.3f}x fp32 (Linear weights "
-        f"{m['linear_share']:.1%} of fp32); reloaded: tokens equal {g['tokens_equal']}, teacher-forced "
-        f"{g['teacher_forced_equal']}, first difference {g['first_difference'] or 'none'}",
+        f"  MindIRs {sum(m['w8a16_bytes'].values())} bytes, {m['ratio']:.3f}x fp32's {sum(m['fp32_bytes'].values())} "
+        f"(Linear weights {m['linear_share']:.1%}, tables {m['tables_share']:.1%} of fp32); reloaded: tokens equal "
+        f"{g['tokens_equal']}, teacher-forced {g['teacher_forced_equal']}, near-ties {len(g['near_ties'])} (int8 "
+        f"noise floor {t['max_gap_move']:.3g}, {t['steps_within']}/{t['steps']} steps within it), first difference "
+        f"{g['first_difference'] or 'none'}",
         highlight=False,
     )
     for v in plan["violations"]:

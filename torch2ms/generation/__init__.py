@@ -3,8 +3,9 @@ of static shapes (what an Ascend 310 runs), greedy decoding with them, and the t
 comparison with transformers' own ``generate``.
 
 * ``cache``: ``GraphCache``, transformers' cache interface over graph tensors, and the cache writes;
-* ``graphs``: the ``Prefill`` and ``Decode`` wrappers around the model, and the cache ``Geometry``;
-* ``plan``: a ``text_generation`` recipe against its model (cache interface, positions, vocabulary);
+* ``graphs``: the ``Prefill`` and ``Decode`` wrappers around the model (``geometry``: the cache ``Geometry``);
+* ``plan``: a ``text_generation`` recipe against its model (cache interface, positions, vocabulary), and
+  ``read_plan`` / ``write_plan`` of a run's ``generation/plan.json``;
 * ``loop``: greedy decoding with any runner of the two graphs (PyTorch here; onnxruntime in ``export``);
 * ``reference``: transformers' ``generate(do_sample=False, cache_implementation="static")``;
 * ``compare``: first differing token, per-step logits errors, top-2 gaps;

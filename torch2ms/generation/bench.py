@@ -24,11 +24,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from torch2ms.generation.loop import Runner, greedy
+from torch2ms.generation.plan import read_plan
 
 RUNNERS = ("pytorch", "onnxruntime", "graph", "mindir")
 LABELS = {
@@ -68,19 +68,6 @@ def graph_runner(key: str, root: Path, recipe) -> Runner:
     folder = "fold" if stage == "compile" else stage
     extra = (runs["decode"].read_record("compile") or {}).get("extra") or {}
     return stage_runner(stage, {g: r.stage_dir(folder) for g, r in runs.items()}, extra, recipe.compile.jit_level)
-
-
-def read_plan(root: Path) -> SimpleNamespace:
-    """The plan a conversion ran with (``generation/plan.json`` of its run folder ``root``)."""
-    from torch2ms.errors import Torch2msError
-
-    path = root / "generation" / "plan.json"  # convert.PLAN (that module imports torch)
-    if not path.is_file():
-        raise Torch2msError(f"{path}: not found", hint="run `torch2ms convert` on the recipe first")
-    plan = SimpleNamespace(**json.loads(path.read_text()))
-    plan.prompts = [tuple(p) for p in plan.prompts]
-    plan.prompt_length = max(getattr(plan, "gears", None) or [len(p) for p in plan.prompts])
-    return plan
 
 
 class _Round:

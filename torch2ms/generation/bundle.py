@@ -14,6 +14,14 @@ prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per g
   gap of each step (``gaps``), what ``verify`` and ``infer.py --self-check`` hold the bundle to;
 * ``manifest.json``: the graphs' manifests (``graphs``) and the ``generation`` section the loop
   reads: batch, gears, padding, the static cache (cache_length, layers, kv heads, head_dim, dtype).
+
+``--precision w8a16``: the graphs packaged as fp32, their MindIRs then replaced by the W8A16 plan's
+(``package.w8a16``: Linear weights and token embeddings int8 per row, the layers that break
+generation kept float; reloaded and checked as generation), with ``precision/w8a16_plan.json`` and
+``.md`` and a ``w8a16`` section in the manifest. The ONNX and the board scripts that compile it
+(ATC) stay float: the int8 weights are in the MindIRs (MindSpore, converter_lite). Refused, nothing
+written, when the plan's reloaded MindIRs do not generate transformers' tokens free-running (the
+bundle's ``verify`` and ``infer.py --self-check`` hold it to them).
 """
 
 from __future__ import annotations
@@ -26,22 +34,27 @@ import numpy as np
 
 from torch2ms.errors import Torch2msError
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS
+from torch2ms.generation.plan import read_plan
+from torch2ms.runtime import mindir_layout
 
 GRAPHS = ("prefill", "decode")  # as generation.convert.GRAPHS (that module imports torch)
 SAMPLES = "samples/generation.npz"
-PRECISIONS = ("fp16", "cube-fp16", "fp32")
+PRECISIONS = ("fp16", "cube-fp16", "fp32", "w8a16")
+W8A16 = "w8a16"
+W8A16_FOLDER = "precision/w8a16"  # in the run folder: where `torch2ms precision --plan w8a16` writes its plan
 
 
 def graph_precisions(recipe, precision: str) -> dict[str, str]:
-    """The precision each graph's MindIR and board scripts are packaged at: the one place where it is
-    chosen (``--precision`` for both graphs). INT8 of the Cube layers is refused: it needs calibration
-    images and a task gate, which generation has not; a weight-only plan belongs here."""
+    """The precision each graph's board scripts are packaged at: the one place where it is chosen
+    (``--precision`` for both graphs; ``w8a16``: fp32 scripts, the MindIRs the W8A16 plan's). INT8 of
+    the Cube layers is refused: it needs calibration images and a task gate, which generation has not."""
     if precision not in PRECISIONS:
         raise Torch2msError(
             f"--precision {precision!r}: a text_generation bundle takes {', '.join(PRECISIONS)}",
-            hint="int8 quantizes activations from calibration images; package the generation graphs in fp16 or fp32",
+            hint="int8 quantizes activations from calibration images; package the generation graphs in fp16 or fp32, "
+            "or their weights in int8 with w8a16",
         )
-    return {graph: precision for graph in GRAPHS}
+    return {graph: "fp32" if precision == W8A16 else precision for graph in GRAPHS}
 
 
 def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, version, precision: str, log: Callable):
@@ -49,31 +62,90 @@ def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, v
     ``RunResult``, every enabled stage passed); see the module docstring."""
     from torch2ms.package import build
 
-    version = build._checked_version(recipe, precision, version)
     precisions = graph_precisions(recipe, precision)
+    version = build._checked_version(recipe, precisions["decode"], version)
+    run_root = Path(results["prefill"].root).parent
+    w8 = _w8a16_plan(recipe, run_root, log) if precision == W8A16 else None
+    if w8 and not version.endswith("-w8a16"):
+        version += "-w8a16"
     files: dict = {}
     graphs, warnings = {}, []
     for graph in GRAPHS:
         log(f"{graph} graph")
         payload, manifest, notes = build.bundle_payload(results[graph], target, version, precisions[graph], log)
         files.update({f"{graph}/{name}": src for name, src in payload.items() if name not in ("README.md", "infer.py")})
+        if w8:  # the fp32 MindIR's files out, the plan's in
+            files = {k: v for k, v in files.items() if not _is_mindir(k, graph)}
+            files.update(mindir_layout.bundle_entries(w8["folder"] / graph, prefix=f"{graph}/model"))
         graphs[graph] = manifest
         warnings += [f"{graph}: {note}" for note in notes]
-    folder = Path(results["prefill"].root).parent / "generation"
-    plan = json.loads((folder / "plan.json").read_text())  # convert.PLAN
-    files[SAMPLES] = _samples(plan, folder)
+    plan = read_plan(run_root)
+    files[SAMPLES] = _samples(plan, run_root / "generation")
     files["infer.py"] = (build.TEMPLATES / "generate.py").read_bytes()
     manifest = _manifest(recipe, version, plan, graphs, precisions, warnings)
+    if w8:
+        files.update(w8["files"])
+        manifest["target"]["precision"] = {graph: f"{W8A16} (board scripts: fp32)" for graph in GRAPHS}
+        manifest[W8A16] = _w8a16_section(w8["plan"])
     files["README.md"] = _readme(recipe.name, version, manifest).encode()
     return build.write_bundle(out_dir / f"{recipe.name}-{version}.tar.gz", files, manifest, warnings, log)
 
 
-def _samples(plan: dict, folder: Path) -> Path:
+def _is_mindir(name: str, graph: str) -> bool:
+    model = f"{graph}/model/"
+    return name == model + mindir_layout.GRAPH or name.startswith(f"{model}{mindir_layout.VARIABLES}/")
+
+
+def _w8a16_plan(recipe, run_root: Path, log: Callable) -> dict:
+    """The W8A16 plan of the run (made, or reused from ``<run>/precision/w8a16``): its folder, plan and
+    bundle files; ``CheckFailed`` when its reloaded MindIRs do not generate transformers' tokens."""
+    from torch2ms.errors import CheckFailed
+    from torch2ms.package import w8a16, w8a16_report
+
+    folder = run_root / W8A16_FOLDER
+    paths = w8a16.w8a16_mindirs(recipe, run_root, folder, log=log)
+    plan = json.loads(paths["plan"].read_text())
+    g = plan["generation"]
+    total = g["tokens_equal"].split("/")[1]
+    if g["tokens_equal"] != f"{total}/{total}" or plan["violations"]:
+        raise CheckFailed(
+            f"--precision w8a16: the W8A16 plan's MindIRs ({folder}) do not generate transformers' tokens: "
+            f"{g['tokens_equal']} equal free-running, first difference {g['first_difference'] or 'none'}"
+            + "".join(f"; {v}" for v in plan["violations"]),
+            hint="a bundle's verify holds it to transformers' tokens: package fp32 or fp16, or see the plan's "
+            "precision.md (near-ties, the layers kept float)",
+        )
+    markdown = w8a16_report.plan_markdown(plan, recipe.name).encode()
+    files = {"precision/w8a16_plan.json": paths["plan"], "precision/w8a16_plan.md": markdown}
+    return {"folder": folder, "plan": plan, "files": files}
+
+
+def _w8a16_section(plan: dict) -> dict:
+    """The manifest's ``w8a16`` section: what is int8, the sizes, the agreement."""
+    m, g, t = plan["mindir"], plan["generation"], plan["near_tie"]
+    return {
+        "weights": "int8 per row (symmetric, scale max|w|/127, one float32 scale per row), dequantized in the graph",
+        "int8": plan["int8"],
+        "float": plan["keep_float"],
+        "lm_head": plan["lm_head"],
+        "embedding": plan["embedding"],
+        "mindir_bytes": {"fp32": sum(m["fp32_bytes"].values()), "w8a16": sum(m["w8a16_bytes"].values())},
+        "ratio": m["ratio"],
+        "tokens_equal": g["tokens_equal"],
+        "teacher_forced_equal": g["teacher_forced_equal"],
+        "near_ties": g["near_ties"],
+        "near_tie_bound": t["bound"],
+        "worst_step_rel_error": g["worst_step"]["rel_error"],
+        "plan": "precision/w8a16_plan.json",
+    }
+
+
+def _samples(plan, folder: Path) -> Path:
     """``SAMPLES`` written into the run's generation folder (byte-identical for the same run)."""
     from torch2ms.generation.compare import top2_gaps
     from torch2ms.pipeline.workspace import load_npz, save_npz
 
-    prompts = plan["prompts"]
+    prompts = plan.prompts
     ids = np.full((len(prompts), max(len(p) for p in prompts)), -1, dtype=np.int32)
     for row, prompt in enumerate(prompts):
         ids[row, : len(prompt)] = prompt
@@ -91,28 +163,28 @@ def _samples(plan: dict, folder: Path) -> Path:
     return path
 
 
-def _manifest(recipe, version: str, plan: dict, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
+def _manifest(recipe, version: str, plan, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
     from torch2ms.package.build import FORMAT
 
-    g = plan["geometry"]
-    cache = [g["layers"], plan["batch"], g["kv_heads"], plan["cache_length"], g["head_dim"]]
+    g = plan.geometry
+    cache = list(g.cache_shape(plan.batch, plan.cache_length))
     return {
         "format": FORMAT,
         "model": {"name": recipe.name, "version": version, "task": recipe.task},
         "target": {**graphs["prefill"]["target"], "precision": precisions},
         "generation": {
-            "batch": plan["batch"],
-            "prompt_gears": list(plan["gears"]),
+            "batch": plan.batch,
+            "prompt_gears": list(plan.gears),
             "padding": "left: a batch's prompts end at its gear's last column, pads (id 0, mask 0) before them",
             "pad_id": 0,
-            "max_new_tokens": plan["max_new_tokens"],
-            "vocab": g["vocab"],
-            "positions": g["positions"],
+            "max_new_tokens": plan.max_new_tokens,
+            "vocab": g.vocab,
+            "positions": g.positions,
             "cache": {
-                "cache_length": plan["cache_length"],
-                "layers": g["layers"],
-                "kv_heads": g["kv_heads"],
-                "head_dim": g["head_dim"],
+                "cache_length": plan.cache_length,
+                "layers": g.layers,
+                "kv_heads": g.kv_heads,
+                "head_dim": g.head_dim,
                 "dtype": "float32",
                 "shape": cache,
             },
@@ -149,31 +221,24 @@ folder with its MindIR, ONNX, compatibility report and board scripts (`targets/*
 
 `torch2ms verify` on this archive checks every file's hash and runs `infer.py`'s loop on the
 prompts of `{gen["samples"]}` against the tokens transformers generated for them.
+{_w8a16_readme(manifest.get(W8A16))}"""
+
+
+def _w8a16_readme(section: dict | None) -> str:
+    if not section:
+        return ""
+    b = section["mindir_bytes"]
+    kept = ", ".join(section["float"]) or "none"
+    tables = ", ".join(f"{k} {v}" for k, v in section["embedding"].items()) or "none"
+    layers = len(section["int8"]) + len(section["float"])
+    return f"""
+## W8A16
+
+The MindIRs hold {len(section["int8"])} of their {layers} Linear weights and gathered tables in int8
+({section["weights"]}); lm_head {section["lm_head"]}; tables: {tables}; kept float: {kept}.
+Activations stay float32. Both MindIRs: {b["w8a16"]:,} bytes against fp32's {b["fp32"]:,}
+({section["ratio"]:.3f}x). Reloaded and checked against transformers: {section["tokens_equal"]} tokens
+equal free-running, {section["teacher_forced_equal"]} teacher-forced, {len(section["near_ties"])} near-ties
+(`{section["plan"]}`, `precision/w8a16_plan.md`). The ONNX models and their ATC scripts are float
+(fp32): the int8 weights are in the MindIRs (MindSpore, converter_lite).
 """
-
-
-def verify_generation(archive: Path, root: Path, manifest: dict, log: Callable) -> dict:
-    """The unpacked bundle ``root``'s own ``infer.py`` loop (imported from it, as the board runs it)
-    on the recorded prompts of ``SAMPLES``: ``CheckFailed`` naming the first step and row whose token
-    is not transformers'; else the counts."""
-    import importlib.util
-
-    from torch2ms.errors import CheckFailed
-    from torch2ms.runtime import msutil
-
-    spec = importlib.util.spec_from_file_location("torch2ms_bundle_generate", root / "infer.py")
-    board = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(board)
-    prompts, tokens, _ = board.recorded()
-    try:
-        problem = board.self_check(board.load_models(manifest, "cpu"), manifest)
-    finally:
-        ms = msutil.mindspore()
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-    if problem:
-        raise CheckFailed(
-            f"{archive}: the bundle's generation is not transformers' on {SAMPLES}: {problem}",
-            hint="the graphs or the recorded tokens changed since packaging; package again from a passing run",
-        )
-    log(f"generation: {tokens.size}/{tokens.size} tokens of {len(prompts)} prompts are transformers'")
-    return {"prompts": len(prompts), "tokens": int(tokens.size), "gears": manifest["generation"]["prompt_gears"]}

@@ -16,7 +16,6 @@ the prefill graph's same stage is there: the decode graph's stages carry the gen
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from torch2ms.generation.check import REFERENCE, GenerationCheck
 from torch2ms.generation.graphs import OUTPUTS, Decode, Prefill
 
 GRAPHS = ("prefill", "decode")
-PLAN = "plan.json"  # in the generation folder: the run's generation.plan.Plan
 FACTORY = "torch2ms.generation.convert:graph_module"
 # Weights from which every stage of both graphs runs in a process of its own (when the runner is asked
 # for own processes, as ``torch2ms convert`` does): MindSpore's memory pool keeps what a stage's cells
@@ -129,9 +127,8 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
     """The prefill and the decode graph's ``pipeline.runner.Runner``, the decode one's stages carrying
     the generation check, each stage in a process of its own from ``OWN_PROCESS_BYTES`` of weights;
     the reference is written first (torch, in this process)."""
-    from torch2ms.generation.plan import generation_plan
+    from torch2ms.generation.plan import generation_plan, write_plan
     from torch2ms.model_loader import build_model
-    from torch2ms.pipeline.workspace import write_json
     from torch2ms.stages import pipeline_runner
 
     root = Path(out_root or recipe.output) / recipe.name
@@ -140,7 +137,7 @@ def generation_runners(recipe, out_root: Path | None, log: Callable, own_process
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     reference = write_reference(model, plan, root / "generation")
     del model
-    write_json(root / "generation" / PLAN, dataclasses.asdict(plan))
+    write_plan(root, plan)
     runners = {
         g: pipeline_runner(graph_recipe(recipe, plan, g, write), root, log=log, own_processes=own_processes)
         for g in GRAPHS

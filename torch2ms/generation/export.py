@@ -18,7 +18,8 @@ import numpy as np
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS, Runner
 
 if TYPE_CHECKING:
-    from torch2ms.generation.graphs import Decode, Geometry, Prefill
+    from torch2ms.generation.geometry import Geometry
+    from torch2ms.generation.graphs import Decode, Prefill
 
 
 @dataclass(frozen=True)

@@ -27,29 +27,14 @@ eager attention), which transformers takes as given.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from torch2ms.generation.cache import GraphCache, update_blend
+from torch2ms.generation.geometry import Geometry
 from torch2ms.generation.loop import DECODE_INPUTS, OUTPUTS, PREFILL_INPUTS
 
 __all__ = ["DECODE_INPUTS", "OUTPUTS", "PREFILL_INPUTS", "Decode", "Geometry", "Prefill"]
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """What the graphs' shapes need from the model: its cache per layer, vocabulary and positions
-    (``positions``: ``max_position_embeddings``, the longest sequence it is built for)."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    positions: int
-
-    def cache_shape(self, batch: int, cache_length: int) -> tuple[int, ...]:
-        return (self.layers, batch, self.kv_heads, cache_length, self.head_dim)
 
 
 def _additive(allowed: torch.Tensor) -> torch.Tensor:

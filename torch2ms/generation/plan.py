@@ -11,16 +11,25 @@ wrote the cache.
 ``generation_plan(recipe, model)`` adds what needs the model to the recipe's own checks
 (``recipe.GenerateSpec``): every prompt within the model's positions, and with its new tokens too;
 every token id within the vocabulary. The export stage calls it before writing anything.
+
+``write_plan`` / ``read_plan``: the run's plan in ``<run>/generation/plan.json`` (``PLAN``), written by
+``torch2ms convert`` and read back by everything that works on a converted run (``bench``, ``bundle``,
+the W8A16 plan) without building the model. This module imports torch only to find the geometry.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from torch2ms.errors import RecipeError
-from torch2ms.generation.graphs import Geometry, Prefill
+from torch2ms.errors import RecipeError, Torch2msError
+from torch2ms.generation.geometry import Geometry
+
+PLAN = "plan.json"  # in the run's generation folder
 
 
 def causal_lm(model):
@@ -41,6 +50,8 @@ def _refuse(model, why: str) -> RecipeError:
 def cache_geometry(model) -> Geometry:
     """The cache and vocabulary of ``model`` (see the module docstring); ``RecipeError`` if it has none."""
     import torch
+
+    from torch2ms.generation.graphs import Prefill
 
     model = causal_lm(model)
     config = getattr(model, "config", None)
@@ -124,3 +135,35 @@ def generation_plan(recipe, model) -> Plan:
             hint=f"give max_new_tokens <= {geometry.positions - longest}",
         )
     return Plan(geometry, prompts, spec.batch_size(), spec.max_new_tokens, spec.cache_length, spec.gears())
+
+
+def plan_path(run_root: Path) -> Path:
+    """``<run>/generation/plan.json`` of the run folder ``run_root`` (``<output>/<name>``)."""
+    return Path(run_root) / "generation" / PLAN
+
+
+def write_plan(run_root: Path, plan: Plan) -> Path:
+    """The run's plan as JSON (``read_plan`` reads it back)."""
+    from torch2ms.pipeline.workspace import write_json
+
+    path = plan_path(run_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, dataclasses.asdict(plan))
+    return path
+
+
+def read_plan(run_root: Path) -> Plan:
+    """The plan a conversion ran with, from ``plan_path(run_root)``; ``Torch2msError`` if the run has none."""
+    path = plan_path(run_root)
+    if not path.is_file():
+        raise Torch2msError(f"{path}: not found", hint="run `torch2ms convert` on the recipe first")
+    data = json.loads(path.read_text())
+    prompts = tuple(tuple(p) for p in data["prompts"])
+    return Plan(
+        Geometry(**data["geometry"]),
+        prompts,
+        data["batch"],
+        data["max_new_tokens"],
+        data["cache_length"],
+        tuple(data.get("gears") or [max(len(p) for p in prompts)]),  # a run from before the gears
+    )

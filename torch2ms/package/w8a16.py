@@ -1,30 +1,42 @@
-"""The W8A16 plan of a ``text_generation`` recipe: its Linear weights int8 per output channel in the
-prefill and decode MindIRs, the layers that break generation kept in float.
+"""The W8A16 plan of a ``text_generation`` recipe: its Linear weights and token embeddings int8 per
+row in the prefill and decode MindIRs, the layers that break generation kept in float.
 
 **What is quantized.** Every ``nn.Dense`` of the fold stage's two networks (``<run>/prefill/fold``,
 ``<run>/decode/fold``: the Linear layers of attention and MLP, and the ``lm_head``), symmetric int8
 per output row, dequantized in the graph (``w8a16_cell.Int8Dense``: int8 Parameter -> Cast -> Mul by
-the row's scale -> MatMul). The token embedding is a Gather, not a Linear, and stays float; a tied
-``lm_head`` is quantized when the fold network holds it as its own ``nn.Dense`` (the export writes the
-tied matrix's transpose as a constant of its own, so the tie does not survive into the networks:
-quantizing the lm_head leaves the embedding's float copy as it was).
+the row's scale -> MatMul); and every gathered table (``w8a16_cell.gather_tables``: the token
+embedding, GPT-2's learned positions), int8 per row, its rows and scales gathered, then Cast and Mul.
+A tied ``lm_head`` is its own ``nn.Dense`` in the fold networks (the export writes the tied matrix's
+transpose as a constant of its own), so it and the embedding are quantized each on its own.
 
-**Method.** A strategy of the precision planner (``precision.py``), its layers the dense layers by
-path (the same in both graphs). The emulator (``W8A16Emulator``) loads each layer's fake-quantized
-weight (``w8a16_cell.fake_quantized``: the float32 weight ``Int8Dense`` computes) or its float one
-into the fold cells and runs the generation check's greedy loop (``generation.loop``) in GRAPH_MODE,
-teacher-forced on fp32 PyTorch's tokens (``generation/reference.npz``: transformers' ``generate``), a
-*sample* being one batch of the recipe's prompts. ``judge``: a plan meets the gate when the share
-of teacher-forced steps whose top-1 token is the reference's is at least
-``precision.w8a16_top1_agreement``; the figure ranked by is the worst step's logits
-``max|a - r| / max|r|``. The plan's int8 MindIRs are exported, reloaded (``mindspore.load`` +
-``nn.GraphCell``) and checked as the mindir stage checks generation (``generation.check``: free-running
-and teacher-forced against the reference, the first difference recorded): those are the figures shipped.
+**Method.** A strategy of the precision planner (``precision.py``), its layers the dense layers and
+tables by path (the same in both graphs). The emulator (``W8A16Emulator``) loads each layer's
+fake-quantized weight (``w8a16_cell.fake_quantized``: the float32 weight the int8 graph computes) or
+its float one into the fold cells and runs the generation check's greedy loop (``generation.loop``)
+in GRAPH_MODE, teacher-forced on fp32 PyTorch's tokens (``generation/reference.npz``: transformers'
+``generate``), a *sample* being one batch of the recipe's prompts. ``judge``: a plan meets the gate
+when the share of teacher-forced steps whose top-1 token is the reference's, near-ties counted as
+agreeing, is at least ``precision.w8a16_top1_agreement``; the figure ranked by is the worst step's
+logits ``max|a - r| / max|r|``.
+
+**Near-ties.** int8 weights cannot hold a choice closer than their own rounding moves it. The int8
+noise floor (``W8A16Emulator.noise_floor``) is measured, not derived from the plan's own error: every
+weight moved by independent uniform noise within +-scale/2 per element (int8's step, not its
+rounding), ``NOISE_DRAWS`` seeded draws, the largest move of the reference's top-2 gap over every
+teacher-forced step. A differing step whose reference top-2 gap is within it is a near-tie, listed;
+teacher forcing goes on from the reference's token. Only while near-ties are rare: when more than
+``precision.w8a16_near_tie_share`` of the reference's steps are within the floor (weights whose int8
+step is large against the logits' gaps), there are no near-ties and every differing step counts.
+
+The plan's int8 MindIRs are exported, reloaded (``mindspore.load`` + ``nn.GraphCell``) and checked
+as the mindir stage checks generation (``generation.check``: free-running and teacher-forced against
+the reference, the first difference and the near-ties recorded): those are the figures shipped.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -34,15 +46,15 @@ import numpy as np
 
 from torch2ms.errors import RecipeError
 from torch2ms.package import precision
-from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows
-from torch2ms.pipeline.markdown import table
+from torch2ms.package.precision import Strategy
 
 GRAPHS = ("prefill", "decode")
+NOISE_DRAWS = 2  # seeded draws of int8-sized weight noise for the near-tie bound (noise_floor)
 PLAN_FILE = "w8a16_plan.json"
 METHOD = (
-    "the fold stage's MindSpore cells in GRAPH_MODE, every Linear (nn.Dense) weight either float32 or int8 "
-    "(symmetric, per output channel, scale max|w|/127) dequantized to float32; greedy decoding teacher-forced "
-    "on fp32 PyTorch's tokens"
+    "the fold stage's MindSpore cells in GRAPH_MODE, every Linear (nn.Dense) weight and gathered table (token "
+    "embedding) either float32 or int8 (symmetric, per row, scale max|w|/127) dequantized to float32; greedy "
+    "decoding teacher-forced on fp32 PyTorch's tokens"
 )
 
 
@@ -50,23 +62,11 @@ def generation_setup(run_root: Path):
     """``(plan, reference)`` of a converted generation run: its ``generation.plan.Plan`` and
     transformers' tokens and logits (``generation.loop.Generated``)."""
     from torch2ms.generation.check import REFERENCE
-    from torch2ms.generation.convert import PLAN
-    from torch2ms.generation.graphs import Geometry
     from torch2ms.generation.loop import Generated
-    from torch2ms.generation.plan import Plan
+    from torch2ms.generation.plan import read_plan
 
-    folder = Path(run_root) / "generation"
-    data = json.loads((folder / PLAN).read_text())
-    plan = Plan(
-        Geometry(**data["geometry"]),
-        tuple(tuple(p) for p in data["prompts"]),
-        data["batch"],
-        data["max_new_tokens"],
-        data["cache_length"],
-        tuple(data.get("gears") or [max(len(p) for p in data["prompts"])]),  # a run from before the gears
-    )
-    with np.load(folder / REFERENCE) as f:
-        return plan, Generated(f["tokens"], f["logits"])
+    with np.load(Path(run_root) / "generation" / REFERENCE) as f:
+        return read_plan(run_root), Generated(f["tokens"], f["logits"])
 
 
 def batches(reference, batch: int) -> list:
@@ -83,20 +83,25 @@ class W8A16Emulator:
 
     def __init__(self, run_root: Path, plan, reference, lm_head: bool = True):
         from torch2ms.generation.check import _cell_runner
-        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized, layer_key
+        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized, gather_tables, layer_key
         from torch2ms.runtime import msutil
 
         ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)  # built as the fold stage builds them; run in GRAPH_MODE
         self.ms, self.plan, self.reference = ms, plan, reference
         cells = {g: msutil.build_network(Path(run_root) / g / "fold", f"w8a16_{g}") for g in GRAPHS}
-        layers = {g: {layer_key(n): c for n, c in dense_layers(c)} for g, c in cells.items()}
-        if sorted(layers["prefill"]) != sorted(layers["decode"]):
-            raise ValueError("the prefill and decode fold networks have different dense layers")
-        self.names = [n for n, _ in dense_layers(cells["decode"]) if lm_head or not is_lm_head(n)]
+        layers = {g: {layer_key(n): c.weight for n, c in dense_layers(c)} for g, c in cells.items()}
+        tables = {g: {layer_key(n): getattr(o, a) for n, o, a in gather_tables(c)} for g, c in cells.items()}
+        for kind, found in (("dense layers", layers), ("gathered tables", tables)):
+            if sorted(found["prefill"]) != sorted(found["decode"]):
+                raise ValueError(f"the prefill and decode fold networks have different {kind}")
+        dense = [n for n, _ in dense_layers(cells["decode"]) if lm_head or not is_lm_head(n)]
+        gathered = [n for n, _, _ in gather_tables(cells["decode"])]
+        self.names = dense + gathered
         self.labels = [n.removeprefix("model.") for n in self.names]
-        self.op_types = ["Dense"] * len(self.names)
-        self.params = [[layers[g][layer_key(n)].weight for g in GRAPHS] for n in self.names]
+        self.op_types = ["Dense"] * len(dense) + ["Gather"] * len(gathered)
+        found = {g: {**layers[g], **tables[g]} for g in GRAPHS}
+        self.params = [[found[g][layer_key(n)] for g in GRAPHS] for n in self.names]
         self.float = [p[0].asnumpy() for p in self.params]
         self.int8 = [fake_quantized(w) for w in self.float]
         self.cells = cells
@@ -106,6 +111,10 @@ class W8A16Emulator:
         self.runner = _cell_runner(ms, cells, (False, "", None))
         self.low: frozenset[int] = frozenset()
         self.runs = 0
+
+    def tables(self) -> list[str]:
+        """The paths of the gathered tables (token embeddings) among the layers."""
+        return [n for n, op in zip(self.names, self.op_types) if op == "Gather"]
 
     def set_low(self, low) -> None:
         """Load the int8 weight into the layers ``low`` (indices), the float one into the others."""
@@ -118,10 +127,13 @@ class W8A16Emulator:
 
     def run(self, low, samples: int) -> list:
         """Teacher-forced greedy decoding of the first ``samples`` batches with ``low`` in int8."""
-        from torch2ms.generation.loop import gear_for, greedy
-
         self.set_low(low)
         self.runs += 1
+        return self._forced(samples)
+
+    def _forced(self, samples: int) -> list:
+        from torch2ms.generation.loop import gear_for, greedy
+
         p = self.plan
         out = []
         for k, ref in enumerate(batches(self.reference, p.batch)[:samples]):
@@ -129,6 +141,32 @@ class W8A16Emulator:
             gear = gear_for(p.gears, prompts)  # as the generation check pads each batch
             out.append(greedy(self.runner, prompts, p.max_new_tokens, p.cache_length, ref.tokens, gear))
         return out
+
+    def noise_floor(self, draws: int = NOISE_DRAWS) -> dict:
+        """The int8 noise floor (module docstring): the largest move of the reference's top-2 gap when
+        every layer's weight is moved by an independent uniform draw within +-scale/2 per element
+        (the size of int8's rounding, not its values), over ``draws`` seeded draws, teacher-forced on
+        every batch; the weights are float again afterwards."""
+        from torch2ms.package.w8a16_cell import row_scales
+
+        rng = np.random.default_rng(0)
+        ref = np.concatenate([r.logits for r in batches(self.reference, self.plan.batch)])
+        top = np.argsort(ref, axis=-1)[..., -2:]  # [N, steps, 2]: the reference's second and first
+        ref_gap = np.take_along_axis(ref, top[..., 1:], -1) - np.take_along_axis(ref, top[..., :1], -1)
+        scales = [row_scales(w) for w in self.float]
+        moves = []
+        for _ in range(draws):
+            for w, scale, params in zip(self.float, scales, self.params):
+                moved = w + rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) * scale
+                for param in params:
+                    param.set_data(self.ms.Tensor(moved))
+            self.runs += 1
+            got = np.concatenate([o.logits for o in self._forced(len(batches(self.reference, self.plan.batch)))])
+            gap = np.take_along_axis(got, top[..., 1:], -1) - np.take_along_axis(got, top[..., :1], -1)
+            moves.append(float(np.abs(gap - ref_gap).max()))
+        self.low = frozenset(range(len(self.names)))  # every weight changed: set_low(()) reloads them all
+        self.set_low(())
+        return {"draws": draws, "max_gap_move": max(moves), "per_draw": moves}
 
 
 def _example(ms, spec: dict, gears: bool):
@@ -140,29 +178,36 @@ def _example(ms, spec: dict, gears: bool):
     return ms.Tensor(shape=shape, dtype=ms.Tensor(np.zeros((), dtype=spec["dtype"])).dtype)
 
 
-def judge(recipe, outputs: list, reference: list) -> dict:
-    """Teacher-forced runs against the reference's batches: top-1 agreement, the worst step's logits
-    error, and whether the agreement meets ``precision.w8a16_top1_agreement``."""
+def judge(recipe, outputs: list, reference: list, near_tie: float = 0.0) -> dict:
+    """Teacher-forced runs against the reference's batches: top-1 agreement, the near-ties (a step
+    whose token differs where the reference's top-2 gap is within ``near_tie``, the int8 noise floor),
+    the worst step's logits error, and whether the agreement, near-ties counted as agreeing, meets
+    ``precision.w8a16_top1_agreement``."""
     from torch2ms.generation.compare import step_errors, top2_gaps
     from torch2ms.generation.loop import Generated
 
     ref = Generated(np.concatenate([r.tokens for r in reference]), np.concatenate([r.logits for r in reference]))
     got = Generated(np.concatenate([o.tokens for o in outputs]), np.concatenate([o.logits for o in outputs]))
     equal = int((got.tokens == ref.tokens).sum())
-    agreement = equal / ref.tokens.size
-    error = max(e.rel_error for e in step_errors(ref, got))
+    gaps = top2_gaps(ref.logits)
     wrong = np.argwhere((got.tokens != ref.tokens).T)  # (step, row), step-major
-    first = None
-    if len(wrong):
-        step, row = (int(i) for i in wrong[0])
-        gap = float(top2_gaps(ref.logits[row, step]))
-        first = f"step {step}, row {row}: token {int(got.tokens[row, step])} instead of {int(ref.tokens[row, step])} "
-        first += f"(reference top-2 gap {gap:.3g})"
+    ties = [(int(s), int(r)) for s, r in wrong if gaps[r, s] <= near_tie]
+    beyond = [(int(s), int(r)) for s, r in wrong if gaps[r, s] > near_tie]
+    agreement = (equal + len(ties)) / ref.tokens.size
+    error = max(e.rel_error for e in step_errors(ref, got))
+
+    def where(step: int, row: int) -> str:
+        return (
+            f"step {step}, row {row}: token {int(got.tokens[row, step])} instead of {int(ref.tokens[row, step])} "
+            f"(reference top-2 gap {float(gaps[row, step]):.3g})"
+        )
+
     return {
         "error": error if math.isfinite(error) else "inf",
         "top1_agreement": round(agreement, 6),
         "teacher_forced_equal": f"{equal}/{ref.tokens.size}",
-        "first_mismatch": first,
+        "near_ties": [where(*t) for t in ties],
+        "first_mismatch": where(*beyond[0]) if beyond else None,
         "ok": bool(agreement >= recipe.precision.w8a16_top1_agreement),
     }
 
@@ -187,13 +232,15 @@ W8A16 = Strategy(
 )
 
 
-def search(recipe, emu) -> tuple[list[str], dict]:
-    """The dense layers kept in float (paths, most sensitive first) and the search's record."""
+def search(recipe, emu, near_tie: float) -> tuple[list[str], dict]:
+    """The layers kept in float (paths, most sensitive first) and the search's record; ``near_tie``:
+    the int8 noise floor under which a differing step is a near-tie (``judge``)."""
+    strategy = dataclasses.replace(W8A16, judge=functools.partial(judge, near_tie=near_tie))
     samples = batches(emu.reference, emu.plan.batch)
-    found = precision.search_layers(W8A16, recipe, emu, samples, exhaustive=False)
-    sens = precision.sensitivity(W8A16, found, emu)
+    found = precision.search_layers(strategy, recipe, emu, samples, exhaustive=False)
+    sens = precision.sensitivity(strategy, found, emu)
     record = {
-        "search": precision.search_record(W8A16, found, exhaustive=False),
+        "search": precision.search_record(strategy, found, exhaustive=False),
         "before": found.before.detail,
         "after": found.verdict.detail,
         "sensitivity": sens,
@@ -203,8 +250,9 @@ def search(recipe, emu) -> tuple[list[str], dict]:
 
 def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dict[str, list[Path]]:
     """The emulator's two networks as MindIRs in ``out/<graph>/`` (``mindir_layout``), every weight
-    float and the dense layers ``int8`` (paths) replaced by ``Int8Dense`` (for good: the emulator's
-    cells are W8A16 afterwards); ``None``: all float (the fp32 MindIRs). Exported in GRAPH_MODE without
+    float and the layers ``int8`` (paths) int8: a dense layer replaced by ``Int8Dense``, a table by its
+    int8 rows (``quantize_tables``, the rewritten classes' source in ``out/source/<graph>``), for good:
+    the emulator's cells are W8A16 afterwards; ``None``: all float (the fp32 MindIRs). Exported in GRAPH_MODE without
     graph-kernel fusion, as the mindir stage does. Returns each graph's files."""
     from torch2ms.generation.convert import graph_inputs
     from torch2ms.runtime import mindir_layout, msutil
@@ -214,9 +262,11 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
     written = {}
     for graph, cell in emu.cells.items():
         if int8:
-            from torch2ms.package.w8a16_cell import quantize_network
+            from torch2ms.package.w8a16_cell import quantize_network, quantize_tables
 
-            quantize_network(cell, int8)
+            tables = set(emu.tables())
+            quantize_network(cell, [n for n in int8 if n not in tables])
+            quantize_tables(cell, [n for n in int8 if n in tables], Path(out) / "source" / graph)
             cell.compile_cache.clear()  # else mindspore.export reuses the graph compiled before the rewrite
         msutil.set_graph_mode(ms)
         gears = graph == "prefill" and len(emu.plan.gears) > 1
@@ -228,10 +278,11 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
     return written
 
 
-def check_mindirs(out: Path, plan, reference) -> tuple[list[str], dict]:
+def check_mindirs(out: Path, plan, reference, near_tie: float) -> tuple[list[str], dict]:
     """The reloaded MindIRs in ``out/<graph>/`` generating, against the reference: free-running and
-    teacher-forced, judged by the generation check (``generation.check.judge``) with no near-tie
-    allowance; ``(violations, record)``."""
+    teacher-forced, judged by the generation check (``generation.check.judge``), a differing step
+    whose reference top-2 gap is within ``near_tie`` (the int8 noise floor) a near-tie; ``(violations,
+    record)``."""
     from torch2ms.generation.check import judge as judge_generation
     from torch2ms.generation.check import stage_runner
     from torch2ms.generation.loop import greedy_batches
@@ -245,10 +296,9 @@ def check_mindirs(out: Path, plan, reference) -> tuple[list[str], dict]:
     finally:
         ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)
-    violations, record = judge_generation(reference, free, forced, {"rel_error": math.inf, "cosine": -1.0}, 0.0)
+    bound = {"rel_error": math.inf, "cosine": -1.0}
+    violations, record = judge_generation(reference, free, forced, bound, near_tie)
     record.pop("logits_bound")
-    record.pop("near_tie_bound")
-    record.pop("near_ties")
     record["top1_agreement"] = round(float((forced.tokens == reference.tokens).mean()), 6)
     return violations, record
 
@@ -275,16 +325,39 @@ def fp32_mindirs(run_root: Path, out: Path, emu: W8A16Emulator) -> dict[str, int
 
 
 def sizes(fp32: dict[str, int], emu: W8A16Emulator, written: dict) -> dict:
-    """The MindIRs' bytes, fp32 against W8A16, and the Linear weights' share of the fp32 ones."""
+    """The MindIRs' bytes, fp32 against W8A16, and the Linear weights' and tables' share of the fp32 ones."""
     w8 = {g: _bytes(f) for g, f in written.items()}
-    linear = sum(w.nbytes for w in emu.float)
+    per_graph = {op: sum(w.nbytes for w, o in zip(emu.float, emu.op_types) if o == op) for op in ("Dense", "Gather")}
     total = sum(fp32.values())
     return {
         "fp32_bytes": fp32,
         "w8a16_bytes": w8,
         "ratio": round(sum(w8.values()) / total, 4),
-        "linear_fp32_bytes_per_graph": linear,
-        "linear_share": round(len(GRAPHS) * linear / total, 4),
+        "linear_fp32_bytes_per_graph": per_graph["Dense"],
+        "linear_share": round(len(GRAPHS) * per_graph["Dense"] / total, 4),
+        "tables_fp32_bytes_per_graph": per_graph["Gather"],
+        "tables_share": round(len(GRAPHS) * per_graph["Gather"] / total, 4),
+    }
+
+
+def near_tie_record(recipe, reference, floor: dict) -> dict:
+    """How rare near-ties are in the reference (its top-2 gaps against the int8 noise floor) and the
+    near-tie bound that follows: the floor while at most ``precision.w8a16_near_tie_share`` of the
+    steps are within it, else 0 (no near-ties)."""
+    from torch2ms.generation.compare import top2_gaps
+
+    gaps = top2_gaps(reference.logits)
+    q = np.quantile(gaps, [0.01, 0.1, 0.5])
+    within = int((gaps <= floor["max_gap_move"]).sum())
+    rare = within <= recipe.precision.w8a16_near_tie_share * gaps.size
+    return {
+        **floor,
+        "bound": floor["max_gap_move"] if rare else 0.0,
+        "rare": bool(rare),
+        "share_limit": recipe.precision.w8a16_near_tie_share,
+        "steps": int(gaps.size),
+        "steps_within": within,
+        "gaps": {"min": float(gaps.min()), "p1": float(q[0]), "p10": float(q[1]), "p50": float(q[2])},
     }
 
 
@@ -295,27 +368,34 @@ def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head:
     t0 = time.perf_counter()
     plan, reference = generation_setup(run_root)
     emu = W8A16Emulator(run_root, plan, reference, lm_head)
-    keep, record = search(recipe, emu)
+    ties = near_tie_record(recipe, reference, emu.noise_floor())
+    keep, record = search(recipe, emu, ties["bound"])
     log(
-        f"w8a16 plan: {len(emu.names)} Linear layers; all in int8: {record['before']['teacher_forced_equal']} "
-        f"teacher-forced tokens equal; {len(keep)} kept in float"
+        f"w8a16 plan: {len(emu.names)} layers ({len(emu.tables())} gathered tables); int8 noise floor "
+        f"{ties['max_gap_move']:.3g} ({ties['steps_within']}/{ties['steps']} reference steps' top-2 gaps within it"
+        f"{'' if ties['rare'] else ': not rare, no near-ties'}); "
+        f"all in int8: {record['before']['teacher_forced_equal']} teacher-forced tokens equal, "
+        f"{len(record['before']['near_ties'])} near-ties; {len(keep)} kept in float"
     )
     int8 = [n for n in emu.names if n not in keep]
     fp32 = fp32_mindirs(run_root, out, emu)
     written = export_mindirs(emu, out, int8)
-    violations, generation = check_mindirs(out, plan, reference)
+    violations, generation = check_mindirs(out, plan, reference, ties["bound"])
     figures = sizes(fp32, emu, written)
     log(f"w8a16 plan: MindIRs {figures['ratio']}x fp32; reloaded: {generation['tokens_equal']} tokens equal")
+    label = dict(zip(emu.names, emu.labels))
+    tables = emu.tables()
     return {
         "method": METHOD,
         **record,
         "bound": {"w8a16_top1_agreement": recipe.precision.w8a16_top1_agreement},
+        "near_tie": ties,
         "samples": len(batches(reference, plan.batch)),
         "layers": len(emu.names),
         "lm_head": "int8" if lm_head and any(map(is_lm_head, int8)) else "float",
-        "embedding": "float (a Gather, not a Linear)",
-        "keep_float": [emu.labels[emu.names.index(n)] for n in keep],
-        "int8": [emu.labels[emu.names.index(n)] for n in int8],
+        "embedding": {label[n]: "int8" if n in int8 else "float" for n in tables},
+        "keep_float": [label[n] for n in keep],
+        "int8": [label[n] for n in int8],
         "mindir": {**figures, "files": {g: [str(p) for p in f] for g, f in written.items()}},
         "generation": generation,
         "violations": violations,
@@ -341,6 +421,7 @@ def plan_key(recipe, run_root: Path, lm_head: bool) -> str:
         folds=folds,
         cell=sha256_file(Path(w8a16_cell.__file__)),
         gate=recipe.precision.w8a16_top1_agreement,
+        near_tie_share=recipe.precision.w8a16_near_tie_share,
         lm_head=lm_head,
     )
 
@@ -361,53 +442,3 @@ def w8a16_mindirs(recipe, run_dir: Path, out_dir: Path, log: Callable = print, l
         out_dir / PLAN_FILE, key, lambda: make_plan(recipe, run_dir, out_dir, log, lm_head), "w8a16 plan", log
     )
     return {**graphs, "plan": out_dir / PLAN_FILE}
-
-
-def _first(judged: dict) -> str:
-    return judged.get("first_mismatch") or "none"
-
-
-def plan_markdown(plan: dict, name: str) -> str:
-    """precision.md of a W8A16 plan: the sizes, the agreement figures, the layers kept in float."""
-    m, g = plan["mindir"], plan["generation"]
-    fp32, w8 = sum(m["fp32_bytes"].values()), sum(m["w8a16_bytes"].values())
-    lines = [
-        f"# W8A16 plan: {name}",
-        "",
-        f"Method: {plan['method']}. Gate: teacher-forced top-1 agreement >= {plan['bound']['w8a16_top1_agreement']}.",
-        f"Search: {plan['search']['how']}.",
-        "",
-        *table(
-            ["", "fp32", "W8A16", "ratio"],
-            [["MindIRs (prefill + decode), bytes", str(fp32), str(w8), f"{m['ratio']:.3f}"]],
-        ),
-        "",
-        f"Linear weights: {m['linear_share']:.1%} of the fp32 MindIRs; lm_head {plan['lm_head']}; "
-        f"embedding {plan['embedding']}.",
-        "",
-        *table(
-            ["run", "teacher-forced equal", "tokens equal (free-running)", "first difference"],
-            [
-                ["all Linear in int8 (emulated)", plan["before"]["teacher_forced_equal"], "-", _first(plan["before"])],
-                ["the plan (emulated)", plan["after"]["teacher_forced_equal"], "-", _first(plan["after"])],
-                [
-                    "the plan, reloaded MindIRs",
-                    g["teacher_forced_equal"],
-                    g["tokens_equal"],
-                    g["first_difference"] or "none",
-                ],
-            ],
-        ),
-        "",
-        f"Kept in float ({len(plan['keep_float'])} of {plan['layers']}): " + (", ".join(plan["keep_float"]) or "none"),
-        "",
-    ]
-    rows = [[s["label"], fmt(s["error"]), s["measured"]] for s in plan["sensitivity"][:SENSITIVITY_ROWS]]
-    if rows:
-        lines += [
-            "Sensitivity (worst step's logits rel error, the layer's block alone in int8):",
-            "",
-            *table(["layer", "rel error", "measured"], rows + more_rows(plan, 3)),
-            "",
-        ]
-    return "\n".join(lines)

@@ -41,8 +41,17 @@ class PrecisionSpec(_Strict):
         ge=0,
         le=1,
         description="the W8A16 plan's gate (text_generation recipes, `torch2ms precision --plan w8a16`): the share of "
-        "teacher-forced steps whose top-1 token is fp32 PyTorch's, Linear weights in int8 per output channel; "
-        "Linear layers are kept in float until it holds",
+        "teacher-forced steps whose top-1 token is fp32 PyTorch's (near-ties counted as agreeing), Linear weights and "
+        "token embeddings in int8 per row; layers are kept in float until it holds",
+    )
+    w8a16_near_tie_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="near-ties are rare or not at all: a differing step whose reference top-2 gap is within the int8 "
+        "noise floor (weight noise of int8's step size) is a near-tie only while at most this share of the "
+        "reference's steps have gaps within that floor; beyond it int8 cannot hold the model's choices and every "
+        "differing step counts",
     )
 
 
