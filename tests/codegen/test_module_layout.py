@@ -312,7 +312,7 @@ def test_diff_names_the_instance_and_class_line(tmp_path, monkeypatch):
     statement inside ``Block.construct`` of the first block (``stages.0``), at the class's line."""
     from torch2ms.compare import Tolerance
     from torch2ms.converters import api, registry
-    from torch2ms.pipeline.divergence import localize
+    from torch2ms.divergence import localize
 
     registry.registrations()
     wrong = api.Registration("Add", 1, lambda em: f"{em.operand(0)} - {em.operand(1)}")

@@ -32,6 +32,7 @@ CONVERSION_CODE = (
     "conversion.py",
     "custom",  # converter plugins and their AOT kernels
     "converters",
+    "divergence",  # diff's replay and the evidence, which judge a stage
     "errors.py",
     "export",  # the exporter chain, the float32 noise floor, an ONNX file as the source
     "graph",

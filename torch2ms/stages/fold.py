@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch2ms.conversion import generate_network
+from torch2ms.graph.cache import onnx_graph
 from torch2ms.passes import ascend_passes, fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput
 
@@ -26,7 +27,7 @@ def ascend_counts(ctx, fuse: bool, rewrites: bool) -> dict:
     (``torch2ms.ascend``)."""
     from torch2ms.ascend.report import ascend_report
 
-    rep = ascend_report(ctx.onnx_graph(ctx.artifact("model.onnx")), "fp16", fuse=fuse, rewrites=rewrites, inplace=True)
+    rep = ascend_report(onnx_graph(ctx, ctx.artifact("model.onnx")), "fp16", fuse=fuse, rewrites=rewrites, inplace=True)
     off = rep["placement"]["off_ai_core"]
     return {
         "ai_cpu_ops": rep["placement"]["ai_cpu_ops"],

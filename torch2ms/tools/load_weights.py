@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import CheckFailed, Torch2msError
-from torch2ms.export.modules import array_hash
+from torch2ms.pipeline.workspace import array_hash
 
 
 def code_stages(ctx) -> list[str]:
