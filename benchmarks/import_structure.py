@@ -34,7 +34,7 @@ LAYERS = [
     ("export", {"export", "models", "tasks"}),
     ("divergence", {"divergence"}),  # compares generated code with onnxruntime and float64: diff, evidence
     ("stages", {"stages"}),
-    ("services", {"package", "bench", "zoo", "tools", "generation", "profile", "plugins"}),
+    ("services", {"bundle", "bench", "zoo", "tools", "generation", "profile", "plugins"}),
     ("commands", {"commands", "cli", "cli_app", "__main__"}),
 ]
 

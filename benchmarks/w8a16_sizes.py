@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torch2ms.package import w8a16
+from torch2ms.bundle import w8a16
 
 
 def variants(root: Path, out: Path) -> dict:

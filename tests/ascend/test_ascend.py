@@ -398,7 +398,7 @@ def test_hard_activation_expansion_must_not_fire_on_other_activations():
 
 def test_bundle_compatibility_section_places_the_deployed_network(tmp_path):
     from torch2ms.ascend.report import markdown
-    from torch2ms.package import compat
+    from torch2ms.bundle import compat
 
     path = tmp_path / "stem.onnx"
     onnx.save(stem_model(), path)

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from tests.generation.tiny import REPO, recipe_file
+from torch2ms.bundle.archive import write_archive
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.errors import CheckFailed
-from torch2ms.package.archive import write_archive
-from torch2ms.package.verify import verify_bundle
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +147,10 @@ def test_package_verify_and_infer_py_through_the_commands(tmp_path, name):
 
 
 def _board_script():
-    """package/templates/generate.py as a module (it imports numpy only at load)."""
+    """bundle/templates/generate.py as a module (it imports numpy only at load)."""
     import importlib.util
 
-    from torch2ms.package.readme import TEMPLATES
+    from torch2ms.bundle.readme import TEMPLATES
 
     spec = importlib.util.spec_from_file_location("board_generate", TEMPLATES / "generate.py")
     module = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""The W8A16 plan of a generation recipe (``package.w8a16``).
+"""The W8A16 plan of a generation recipe (``bundle.w8a16``).
 
 ``Int8Dense`` against ``nn.Dense`` with the weight it dequantizes, in PyNative and from a reloaded
 MindIR. ``check_w8a16`` (slow) runs on a tiny Llama converted through the five stages, one Linear
@@ -61,7 +61,7 @@ def check_w8a16(recipe, root: Path, out: Path) -> None:
     (``_outlier_copy``): every Linear in int8 breaks the tokens, the plan keeps exactly the lm_head
     float; the other Linear weights are int8 in both MindIRs and save their 3/4 less the scales; the
     reloaded MindIRs generate transformers' tokens; the plan is reused from its cache."""
-    from torch2ms.package.w8a16 import w8a16_mindirs
+    from torch2ms.bundle.w8a16 import w8a16_mindirs
 
     head = _outlier_copy(root, out / "run")
     paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
@@ -99,7 +99,7 @@ def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloa
     import mindspore as ms
     from mindspore import nn
 
-    from torch2ms.package.w8a16_cell import QMAX, dense_layers, fake_quantized, quantize_network, quantize_rows
+    from torch2ms.bundle.w8a16_cell import QMAX, dense_layers, fake_quantized, quantize_network, quantize_rows
 
     class Two(nn.Cell):
         def __init__(self):

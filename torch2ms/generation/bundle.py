@@ -1,13 +1,13 @@
 """``torch2ms package`` on a ``text_generation`` recipe: one archive that generates on the board.
 
-Each graph is packaged as any converted model (``package.build.bundle_payload``: its MindIR, ONNX,
+Each graph is packaged as any converted model (``bundle.build.bundle_payload``: its MindIR, ONNX,
 board ONNX, reference samples, compatibility report and the ATC and converter_lite scripts and
-configs, linted against ``package.vendor_flags``) into its own folder of the archive, ``prefill/``
+configs, linted against ``bundle.vendor_flags``) into its own folder of the archive, ``prefill/``
 and ``decode/``, laid out as a one-model bundle, so that each folder's ``targets/<board>/atc.sh``
 compiles its own graph. The prefill graph's inputs are a sequence-length profile at more than one
 prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per gear. Beside them:
 
-* ``infer.py``: the generation loop (``package/templates/generate.py``), numpy and MindSpore
+* ``infer.py``: the generation loop (``bundle/templates/generate.py``), numpy and MindSpore
   (Lite) only;
 * ``samples/generation.npz``: the recipe's prompts (``prompt_ids`` right-padded with -1,
   ``prompt_lengths``) and transformers' greedy tokens for them (``tokens``) with the top-2 logit
@@ -47,7 +47,7 @@ def graph_precisions(recipe, precision: str) -> dict[str, str]:
 def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, version, precision: str, log: Callable):
     """Write ``<out_dir>/<name>-<version>.tar.gz`` from the two graphs' runs (``results``: graph ->
     ``RunResult``, every enabled stage passed); see the module docstring."""
-    from torch2ms.package import build
+    from torch2ms.bundle import build
 
     version = build._checked_version(recipe, precision, version)
     precisions = graph_precisions(recipe, precision)
@@ -92,7 +92,7 @@ def _samples(plan: dict, folder: Path) -> Path:
 
 
 def _manifest(recipe, version: str, plan: dict, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
-    from torch2ms.package.build import FORMAT
+    from torch2ms.bundle.build import FORMAT
 
     g = plan["geometry"]
     cache = [g["layers"], plan["batch"], g["kv_heads"], plan["cache_length"], g["head_dim"]]

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.bundle import precision
+from torch2ms.bundle.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows
 from torch2ms.errors import RecipeError
-from torch2ms.package import precision
-from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows
 from torch2ms.pipeline.markdown import table
 
 GRAPHS = ("prefill", "decode")
@@ -82,8 +82,8 @@ class W8A16Emulator:
     float and int8 (fake-quantized), and greedy decoding with them (see the module docstring)."""
 
     def __init__(self, run_root: Path, plan, reference, lm_head: bool = True):
+        from torch2ms.bundle.w8a16_cell import dense_layers, fake_quantized, layer_key
         from torch2ms.generation.check import _cell_runner
-        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized, layer_key
         from torch2ms.runtime import msutil
 
         ms = msutil.mindspore()
@@ -214,7 +214,7 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
     written = {}
     for graph, cell in emu.cells.items():
         if int8:
-            from torch2ms.package.w8a16_cell import quantize_network
+            from torch2ms.bundle.w8a16_cell import quantize_network
 
             quantize_network(cell, int8)
             cell.compile_cache.clear()  # else mindspore.export reuses the graph compiled before the rewrite
@@ -326,8 +326,8 @@ def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head:
 
 def plan_key(recipe, run_root: Path, lm_head: bool) -> str:
     """What decides the plan: both graphs' ONNX and fold networks, the reference, the gate, the code."""
+    from torch2ms.bundle import w8a16_cell
     from torch2ms.generation.check import REFERENCE
-    from torch2ms.package import w8a16_cell
     from torch2ms.pipeline.workspace import sha256_file
 
     root = Path(run_root)
