@@ -29,7 +29,7 @@ LAYERS = [
     ("graph", {"graph"}),
     ("converters", {"converters", "custom"}),
     ("passes", {"passes"}),
-    ("codegen", {"codegen", "conversion"}),
+    ("codegen", {"codegen"}),
     ("ascend", {"ascend"}),
     ("export", {"export", "models", "tasks"}),
     ("divergence", {"divergence"}),  # compares generated code with onnxruntime and float64: diff, evidence

@@ -19,7 +19,7 @@ import onnx
 import torch
 from torch import nn
 
-from torch2ms.conversion import convert_graph
+from torch2ms.codegen.convert import convert_graph
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import fold_passes, rebuild_passes, run_passes
 from torch2ms.runtime import msutil

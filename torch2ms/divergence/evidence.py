@@ -14,7 +14,7 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
     """compile/mindir: the network.py they were built from, replayed (the replay its own stage
     recorded, or one run now), and their outputs against that code's PyNative outputs within the
     recipe's bound."""
-    from torch2ms.conversion import PYNATIVE_OUTPUTS
+    from torch2ms.codegen.convert import PYNATIVE_OUTPUTS
     from torch2ms.runtime import msutil
 
     src = ctx.artifact("network.py").parent

@@ -29,7 +29,6 @@ CONVERSION_CODE = (
     "bounds.py",
     "codegen",
     "compare.py",
-    "conversion.py",
     "custom",  # converter plugins and their AOT kernels
     "converters",
     "divergence",  # diff's replay and the evidence, which judge a stage

@@ -29,8 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from torch2ms.codegen.convert import PYNATIVE_CALLS
 from torch2ms.compare import compare_outputs, worst
-from torch2ms.conversion import PYNATIVE_CALLS
 from torch2ms.errors import StageFailed
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json

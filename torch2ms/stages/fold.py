@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms.conversion import generate_network
+from torch2ms.codegen.convert import generate_network
 from torch2ms.graph.cache import onnx_graph
 from torch2ms.passes import ascend_passes, fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput

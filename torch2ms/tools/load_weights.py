@@ -132,8 +132,8 @@ def pytorch_outputs(recipe, state: dict[str, np.ndarray], samples: list[dict]) -
 def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeights]:
     """Check ``state_path`` against every code-generating stage of the run; write the checkpoints
     only when all pass (see the module docstring)."""
+    from torch2ms.codegen.convert import generate, module_record
     from torch2ms.compare import Tolerance, compare_outputs
-    from torch2ms.conversion import generate, module_record
     from torch2ms.passes import ascend_passes, fold_passes, rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import sha256_file
