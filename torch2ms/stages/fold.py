@@ -1,6 +1,6 @@
 """Stage 3, fold: BatchNorm folded into the preceding convolution's weights and bias.
 
-With ``fold.ascend_rewrites`` (the default) the Ascend rewrites run last (``torch2ms.passes.ascend``):
+With ``fold.ascend_rewrites`` (the default) the Ascend rewrites run last (``torch2ms.passes.ascend_rewrites``):
 ops the 310 would run on AI CPU become AI Core equivalents, checked against PyTorch like the rest.
 
 The same generation as rebuild from ``export/model.onnx``, plus the ``FoldBatchNorm`` pass (formula in
