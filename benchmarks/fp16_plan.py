@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from torch2ms.package import fp16
-from torch2ms.package.emulate import Fp16Emulator, json_error
-from torch2ms.package.fp16_truth import true_fp16
+from torch2ms.bundle import fp16
+from torch2ms.bundle.emulate import Fp16Emulator, json_error
+from torch2ms.bundle.fp16_truth import true_fp16
 from torch2ms.pipeline.runner import raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe

@@ -46,7 +46,7 @@ def generate(onnx_path: str, shape: list[int], out: str) -> None:
 
     configure_cpu()
     import torch2ms
-    from torch2ms.conversion import convert_graph
+    from torch2ms.codegen.convert import convert_graph
     from torch2ms.graph import load_onnx
     from torch2ms.passes import fold_passes, run_passes
     from torch2ms.runtime import msutil

@@ -73,8 +73,8 @@ def _crop(photo: np.ndarray, x: float, y: float, size: float, side: int) -> np.n
 
 
 def run_one(name: str, out: Path) -> dict:
-    from torch2ms.package.build import build_bundle
-    from torch2ms.package.verify import verify_bundle
+    from torch2ms.bundle.build import build_bundle
+    from torch2ms.bundle.verify import verify_bundle
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import pipeline_runner
 
@@ -110,7 +110,7 @@ def run_one(name: str, out: Path) -> dict:
 
 
 def replan(name: str, runs: Path, rel_error: float | None) -> dict:
-    from torch2ms.package import int8
+    from torch2ms.bundle import int8
     from torch2ms.pipeline.workspace import load_npz, split_reference
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import writer_of

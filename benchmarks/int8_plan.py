@@ -25,8 +25,8 @@ import numpy as np
 import yaml
 from fp16_plan import trained_recipe
 
-from torch2ms.package import int8
-from torch2ms.package.emulate_int8 import Int8Emulator
+from torch2ms.bundle import int8
+from torch2ms.bundle.emulate_int8 import Int8Emulator
 from torch2ms.pipeline.runner import raise_for
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe, read_yaml

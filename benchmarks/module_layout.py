@@ -60,7 +60,7 @@ def shape_of(source: str) -> dict:
 def measure(name: str) -> dict:
     import torch
 
-    from torch2ms.conversion import convert_graph
+    from torch2ms.codegen.convert import convert_graph
     from torch2ms.graph.load import graph_from_model
     from torch2ms.passes import rebuild_passes, run_passes
     from torch2ms.runtime import msutil

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from torch2ms.package import w8a16
+from torch2ms.bundle import w8a16
 from torch2ms.recipe import load_recipe
 
 

@@ -72,7 +72,7 @@ BUNDLE_FORBIDDEN = ("torch", "torch2ms", "torchvision", "ultralytics")  # a bund
 
 
 def unpack_bundle(archive: Path, dest: Path) -> Path:
-    from torch2ms.package.archive import safe_extract
+    from torch2ms.bundle.archive import safe_extract
 
     safe_extract(archive, dest)
     return dest

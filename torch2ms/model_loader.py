@@ -39,15 +39,13 @@ def import_factory(spec: str, search_dirs: list[Path] | None = None):
     return obj
 
 
-def factory_source_sha256(spec: str, search_dirs: list[Path]) -> str | None:
-    """Hash of the file defining the factory's module, without running it (None if not found).
+def factory_source(spec: str, search_dirs: list[Path]) -> Path | None:
+    """The file defining the factory's module, found without running it (None if not found).
 
-    Part of the export fingerprint: editing the model's code must re-run the conversion. Only
+    The export fingerprint hashes it: editing the model's code must re-run the conversion. Only
     that one file is covered, not what it imports.
     """
     import importlib.util
-
-    from torch2ms.pipeline.workspace import sha256_file
 
     module_name = spec.partition(":")[0]
     for d in search_dirs:
@@ -60,7 +58,7 @@ def factory_source_sha256(spec: str, search_dirs: list[Path]) -> str | None:
     origin = getattr(found, "origin", None)
     if not origin or not Path(origin).is_file():
         return None
-    return sha256_file(Path(origin))
+    return Path(origin)
 
 
 def build_model(recipe: Recipe):

@@ -1,6 +1,6 @@
 """Functions that read top to bottom: none in torch2ms is longer than ``MAX_LINES`` (its ``def``
 line to its last, docstring and decorators' arguments included), and none in the stage, runner,
-package, zoo and codegen code longer than ``ORCHESTRATION_LINES``. A longer one is split into named steps;
+bundle, zoo and codegen code longer than ``ORCHESTRATION_LINES``. A longer one is split into named steps;
 the failure names each with its length. Modules too: none in torch2ms is longer than
 ``MODULE_LINES``, but the bundle template ``MODULE_EXEMPT`` names (and says why)."""
 
@@ -13,11 +13,11 @@ import torch2ms
 
 MAX_LINES = 80
 ORCHESTRATION_LINES = 70
-PACKAGES = ("stages", "pipeline", "package", "zoo", "codegen")
+PACKAGES = ("stages", "pipeline", "bundle", "zoo", "codegen")
 MODULE_LINES = 500
 # build.py copies this one file into every bundle as the board's script (it needs neither torch2ms
 # nor torch): split, every bundle and its manifest would carry the pieces
-MODULE_EXEMPT = {"torch2ms/package/templates/infer.py"}
+MODULE_EXEMPT = {"torch2ms/bundle/templates/infer.py"}
 
 
 def long_functions(root: Path, limit: int) -> list[str]:

@@ -1,10 +1,12 @@
-"""The structure the code promises: no import cycle inside torch2ms, a stage declared once (a
-pipeline with an extra stage defined here runs through skip, resume and the report), and a
-checkout that stays clean after MindSpore has written its kernel folders."""
+"""The structure the code promises: no import cycle inside torch2ms, no import from a layer into a
+higher one (the layers of benchmarks/import_structure.py), a stage declared once (a pipeline with an
+extra stage defined here runs through skip, resume and the report), and a checkout that stays clean
+after MindSpore has written its kernel folders."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, write_recipe
 
 from torch2ms.pipeline.report import rows, write_reports
@@ -19,7 +22,7 @@ from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import pipeline_stages
+from torch2ms.stages import PipelineChecks, pipeline_stages
 
 PACKAGE = REPO / "torch2ms"
 
@@ -100,6 +103,34 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def _layers():
+    """``layer_of`` of benchmarks/import_structure.py, which lists the layers bottom-up (the one list)."""
+    spec = importlib.util.spec_from_file_location("import_structure", REPO / "benchmarks" / "import_structure.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.layer_of
+
+
+def upward_imports(graph: dict[str, set[str]], layer_of) -> list[str]:
+    return sorted(f"{m} -> {n}" for m, imported in graph.items() for n in imported if layer_of(n) > layer_of(m))
+
+
+def test_no_import_runs_up_the_layers():
+    """pipeline/ depends on nothing that converts, codegen on nothing that exports, and so on: a
+    module imports its own layer and those below it. A new top-level name must be given a layer."""
+    graph = import_graph()
+    assert "torch2ms.pipeline.checks" in graph["torch2ms.pipeline.runner"]
+    assert upward_imports(graph, _layers()) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    layer_of = _layers()
+    graph = {"torch2ms.pipeline.runner": {"torch2ms.tasks", "torch2ms.pipeline.stage"}, "torch2ms.tasks": set()}
+    assert upward_imports(graph, layer_of) == ["torch2ms.pipeline.runner -> torch2ms.tasks"]
+    with pytest.raises(KeyError, match="add its top-level name to LAYERS"):
+        layer_of("torch2ms.unplaced")
+
+
 class SummaryStage(Stage):
     """A sixth stage, defined only in this test: reads the MindIR, writes its size."""
 
@@ -124,7 +155,7 @@ def test_a_sixth_stage_runs_skips_resumes_and_reports(tmp_path):
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
     stages = [*pipeline_stages(), SummaryStage()]
     SummaryStage.runs = 0
-    first = Runner(recipe, log=lambda m: None, stages=stages).run()
+    first = Runner(recipe, log=lambda m: None, stages=stages, checks=PipelineChecks()).run()
     assert [s.status for s in first.stages] == ["passed"] * 6 and SummaryStage.runs == 1
     write_reports(first)
     report = (first.root / "report.md").read_text()
@@ -132,15 +163,15 @@ def test_a_sixth_stage_runs_skips_resumes_and_reports(tmp_path):
     assert "| summary | passed |" in report and f"MindIR of {mindir_bytes} bytes" in report
     assert json.loads((first.root / "summary" / "summary.json").read_text()) == {"mindir_bytes": mindir_bytes}
 
-    again = Runner(recipe, log=lambda m: None, stages=stages).run()
+    again = Runner(recipe, log=lambda m: None, stages=stages, checks=PipelineChecks()).run()
     assert [s.status for s in again.stages] == ["up to date"] * 6 and SummaryStage.runs == 1
     assert rows(again)[-1][:2] == ("summary", "up to date")
 
     # a changed input of the new stage (the MindIR it reads) re-runs it and only it
     shutil.rmtree(first.root / "summary")
-    resumed = Runner(recipe, log=lambda m: None, stages=stages).run()
+    resumed = Runner(recipe, log=lambda m: None, stages=stages, checks=PipelineChecks()).run()
     assert [s.status for s in resumed.stages] == ["up to date"] * 5 + ["passed"] and SummaryStage.runs == 2
-    resumed_from = Runner(recipe, log=lambda m: None, stages=stages).run(from_stage="summary")
+    resumed_from = Runner(recipe, log=lambda m: None, stages=stages, checks=PipelineChecks()).run(from_stage="summary")
     assert [s.status for s in resumed_from.stages][-1] == "passed" and SummaryStage.runs == 3
 
 
@@ -148,7 +179,6 @@ def test_a_run_context_asks_the_stage_list_it_was_given(tmp_path):
     """pipeline/ finds which stage writes an artifact in the list it is handed, never in
     torch2ms.stages: the last enabled writer (network.py: fold, or rebuild when fold is off; the
     first: rebuild), and a context made without a list says what to pass."""
-    import pytest
 
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir

@@ -43,7 +43,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel):
         members = set(z.namelist())
     missing = sorted(_package_files() - members)
     assert not missing, f"not in {wheel.name}: {missing}"
-    assert "torch2ms/package/templates/README.md" in members and "torch2ms/package/templates/infer.py" in members
+    assert "torch2ms/bundle/templates/README.md" in members and "torch2ms/bundle/templates/infer.py" in members
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from torch import nn
 
 from codegen.test_module_layout import export
 from torch2ms.codegen.builder import GeneratedNetwork
-from torch2ms.conversion import convert_graph
+from torch2ms.codegen.convert import convert_graph
 from torch2ms.export.roles import module_roles
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import fold_passes, rebuild_passes, run_passes

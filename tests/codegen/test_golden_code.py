@@ -26,7 +26,7 @@ from codegen.generate import assigned_twice, generate
 from codegen.test_module_layout import Net as NestedNet
 from codegen.test_optional_child import TinyResNet
 from torch2ms.codegen.batch import BatchVariant
-from torch2ms.conversion import convert_graph
+from torch2ms.codegen.convert import convert_graph
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import rebuild_passes, run_passes
 

@@ -19,7 +19,7 @@ import onnx
 import torch
 from torch import nn
 
-from torch2ms.conversion import convert_graph
+from torch2ms.codegen.convert import convert_graph
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import fold_passes, rebuild_passes, run_passes
 from torch2ms.runtime import msutil
@@ -312,7 +312,7 @@ def test_diff_names_the_instance_and_class_line(tmp_path, monkeypatch):
     statement inside ``Block.construct`` of the first block (``stages.0``), at the class's line."""
     from torch2ms.compare import Tolerance
     from torch2ms.converters import api, registry
-    from torch2ms.pipeline.divergence import localize
+    from torch2ms.divergence import localize
 
     registry.registrations()
     wrong = api.Registration("Add", 1, lambda em: f"{em.operand(0)} - {em.operand(1)}")

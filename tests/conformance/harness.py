@@ -4,7 +4,7 @@
 project ships (one model, its inputs, the expected outputs, rtol/atol). Each case goes through
 what ``torch2ms convert`` does to a model: the loader (``graph.load``: opset and dtype checks,
 static shapes, constant folding), the rebuild passes, ``analyse`` + the converters
-(``conversion.convert_graph``), ``network.py`` + ``network.ckpt`` on disk, and
+(``codegen.convert.convert_graph``), ``network.py`` + ``network.ckpt`` on disk, and
 ``msutil.build_network`` run in MindSpore PyNative mode. The outputs are compared like ONNX's
 backend runner does: same count, shape and dtype, then ``np.testing.assert_allclose`` with the
 case's rtol/atol.
@@ -369,7 +369,7 @@ def _reasons(problems) -> str:
 
 
 def _convert_and_run(graph, feeds: dict[str, np.ndarray], workdir: Path) -> list[np.ndarray]:
-    from torch2ms.conversion import convert_graph
+    from torch2ms.codegen.convert import convert_graph
     from torch2ms.converters.api import Unsupported
     from torch2ms.errors import UnsupportedOpsError
     from torch2ms.passes import rebuild_passes, run_passes

@@ -30,7 +30,7 @@ from converters import exact
 from onnx import helper, numpy_helper
 
 from torch2ms.ascend.placement import UNKNOWN, place_graph
-from torch2ms.conversion import convert_graph
+from torch2ms.codegen.convert import convert_graph
 from torch2ms.converters.registry import analyse, lookup, registrations
 from torch2ms.graph.load import graph_from_model
 from torch2ms.graph.validate import SUPPORTED_OPSETS

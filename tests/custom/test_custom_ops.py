@@ -232,7 +232,7 @@ def test_aot_kernel_through_every_stage_and_its_build_cached(tmp_path):
     # the board: the kernel is the host's, so the op is unsupported there until its Ascend kernel is given
     fold = json.loads((run / "fold" / "stage.json").read_text())["counts"]
     assert fold["off_ai_core"] == [f"{fn} x1 (unsupported)"]
-    from torch2ms.package.compat import scan_mindir
+    from torch2ms.bundle.compat import scan_mindir
     from torch2ms.runtime import mindir_layout
 
     assert run / "mindir" / "kernels" / f"{fn}.so" in mindir_layout.files(run / "mindir")  # what the bundle carries
@@ -246,7 +246,7 @@ def test_aot_kernel_through_every_stage_and_its_build_cached(tmp_path):
     (finding,) = scan_mindir(run / "mindir" / "network.mindir")["findings"]
     assert finding["level"] == "check" and "AI Core" in finding["why"] and "silu_mul.cpp" in finding["why"]
     # the bundle carries model/kernels/ and its MindIR runs from there (verify), the compat report names the op
-    from torch2ms.package.build import build_bundle
+    from torch2ms.bundle.build import build_bundle
 
     bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None).path
     with tarfile.open(bundle) as tar:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from torch2ms.package.build import build_bundle
-from torch2ms.package.verify import verify_bundle
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
 

@@ -21,8 +21,8 @@ import pytest
 import trained_models as tm
 import yaml
 
-from torch2ms.package.build import build_bundle
-from torch2ms.package.verify import verify_bundle
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.pipeline.report import write_reports
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner, stage_names

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from tests.generation.tiny import REPO, recipe_file
+from torch2ms.bundle.archive import write_archive
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.errors import CheckFailed
 from torch2ms.generation.plan import read_plan
-from torch2ms.package.archive import write_archive
-from torch2ms.package.verify import verify_bundle
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +148,10 @@ def test_package_verify_and_infer_py_through_the_commands(tmp_path, name):
 
 
 def _board_script():
-    """package/templates/generate.py as a module (it imports numpy only at load)."""
+    """bundle/templates/generate.py as a module (it imports numpy only at load)."""
     import importlib.util
 
-    from torch2ms.package.readme import TEMPLATES
+    from torch2ms.bundle.readme import TEMPLATES
 
     spec = importlib.util.spec_from_file_location("board_generate", TEMPLATES / "generate.py")
     module = importlib.util.module_from_spec(spec)
@@ -216,8 +216,8 @@ def test_a_w8a16_bundle_carries_int8_mindirs_that_verify_and_generate(converted_
 def test_a_w8a16_plan_whose_tokens_differ_is_refused_and_nothing_is_written(converted_llama, tmp_path, monkeypatch):
     """A plan whose reloaded MindIRs generate other tokens (here its record says so) refuses the
     bundle before anything is packaged."""
+    from torch2ms.bundle import w8a16
     from torch2ms.generation import bundle
-    from torch2ms.package import w8a16
 
     def differing(recipe, run_dir, out_dir, log=print, lm_head=True):
         generation = {"tokens_equal": "11/12", "first_difference": "step 3, row 1: token 5 instead of 7"}

@@ -1,4 +1,4 @@
-"""The W8A16 plan of a generation recipe (``package.w8a16``).
+"""The W8A16 plan of a generation recipe (``bundle.w8a16``).
 
 ``Int8Dense`` against ``nn.Dense`` with the weight it dequantizes, in PyNative and from a reloaded
 MindIR. ``check_w8a16`` (slow) runs on a tiny Llama converted through the five stages, one Linear
@@ -62,7 +62,7 @@ def check_w8a16(recipe, root: Path, out: Path) -> None:
     near-ties; every layer in int8 breaks the tokens and the plan keeps the lm_head float first; the
     other int8 layers (Linear weights, the token embedding) are INT8 in both MindIRs and save their
     3/4 less the scales; the reloaded MindIRs generate transformers' tokens; the plan is reused from its cache."""
-    from torch2ms.package.w8a16 import w8a16_mindirs
+    from torch2ms.bundle.w8a16 import w8a16_mindirs
 
     head = _outlier_copy(root, out / "run")
     paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
@@ -112,8 +112,8 @@ def test_a_differing_step_within_the_int8_noise_floor_is_a_near_tie_only_while_t
     recipe's share of steps are within the floor."""
     from types import SimpleNamespace
 
+    from torch2ms.bundle.w8a16 import judge, near_tie_record
     from torch2ms.generation.loop import Generated
-    from torch2ms.package.w8a16 import judge, near_tie_record
 
     logits = np.zeros((1, 4, 5), np.float32)
     logits[0, :, 1] = [1.0, 1.0, 1.0, 1.0]
@@ -140,7 +140,7 @@ def test_int8_dense_computes_its_dequantized_weight_in_pynative_and_from_a_reloa
     import mindspore as ms
     from mindspore import nn
 
-    from torch2ms.package.w8a16_cell import QMAX, dense_layers, fake_quantized, quantize_network, quantize_rows
+    from torch2ms.bundle.w8a16_cell import QMAX, dense_layers, fake_quantized, quantize_network, quantize_rows
 
     class Two(nn.Cell):
         def __init__(self):
@@ -187,7 +187,7 @@ def test_int8_tables_gather_their_dequantized_rows_in_pynative_and_from_a_reload
     from mindspore import nn
 
     from tests.generation.w8a16_tables import Flat
-    from torch2ms.package.w8a16_cell import fake_quantized, gather_tables, quantize_tables
+    from torch2ms.bundle.w8a16_cell import fake_quantized, gather_tables, quantize_tables
 
     rng = np.random.default_rng(0)
     ms.set_context(mode=ms.PYNATIVE_MODE)

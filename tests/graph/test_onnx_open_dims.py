@@ -12,9 +12,9 @@ import onnx
 from conftest import write_recipe
 from onnx import TensorProto, helper, numpy_helper
 
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.export.onnx_shapes import fix_dimensions
-from torch2ms.package.build import build_bundle
-from torch2ms.package.verify import verify_bundle
 from torch2ms.recipe import load_recipe, parse_recipe
 from torch2ms.stages import pipeline_runner
 

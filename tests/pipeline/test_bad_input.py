@@ -525,7 +525,7 @@ def test_opset_bounds_are_accepted(tmp_path):
 def test_unsupported_ops_are_all_listed_grouped_by_op(tmp_path):
     from commands.test_check import unsupported_model
 
-    from torch2ms.conversion import convert_graph
+    from torch2ms.codegen.convert import convert_graph
 
     path = tmp_path / "model.onnx"
     onnx.save(unsupported_model(), path)

@@ -22,8 +22,8 @@ from conftest import REPO, TESTS, run_cli, write_recipe
 
 from torch2ms.compare import Tolerance, compare_arrays
 from torch2ms.converters import api, registry
+from torch2ms.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.errors import EXIT_CHECK_FAILED, EXIT_USAGE, CheckFailed
-from torch2ms.pipeline.divergence import _Accumulator, probe_source, statement_lines
 from torch2ms.pipeline.runner import raise_for
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
@@ -191,7 +191,7 @@ def test_wrong_sigmoid_on_a_graph_output_of_a_two_output_model(tmp_path, monkeyp
 
 
 def test_a_crashing_localization_never_hides_the_stage_failure(tmp_path, monkeypatch):
-    from torch2ms.pipeline import divergence
+    from torch2ms import divergence
 
     def boom(*args, **kwargs):
         raise RuntimeError("probe exploded")
@@ -348,8 +348,8 @@ def test_code_generated_from_another_export_is_refused(good_run, tmp_path):
     import shutil
 
     from torch2ms.compare import Tolerance
+    from torch2ms.divergence import localize
     from torch2ms.errors import Torch2msError
-    from torch2ms.pipeline.divergence import localize
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run
@@ -371,7 +371,7 @@ def test_references_kept_on_disk_give_the_same_report(good_run, monkeypatch):
     every tensor's error and local error must be what the in-memory run gives, and the folder goes."""
     import tempfile
 
-    from torch2ms.pipeline import divergence
+    from torch2ms import divergence
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run
@@ -401,7 +401,7 @@ def test_references_computed_a_segment_at_a_time_give_the_same_verdicts(good_run
     graph at a time, each segment fed the values earlier ones computed. A cut after every node with a
     compared output: the same tensors, each statement's local error still measured and within the bound,
     and the errors those of one run up to rounding (a cut can stop one of onnxruntime's fusions)."""
-    from torch2ms.pipeline import divergence
+    from torch2ms import divergence
     from torch2ms.pipeline.workspace import load_npz, split_reference
 
     _, root = good_run
@@ -426,7 +426,7 @@ def test_references_computed_a_segment_at_a_time_give_the_same_verdicts(good_run
 
 def test_a_wrong_add_is_localized_with_the_references_in_segments(tmp_path, monkeypatch):
     """The segments' values are onnxruntime's, so a wrong statement is still the first diverging one."""
-    from torch2ms.pipeline import divergence
+    from torch2ms import divergence
 
     monkeypatch.setattr(divergence._References, "SEGMENT", 1)
     inject(monkeypatch, "Add", wrong_add)

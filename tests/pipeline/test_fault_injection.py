@@ -191,7 +191,7 @@ def test_accumulated_rounding_passes_only_within_the_rule():
     from types import SimpleNamespace
 
     from torch2ms.compare import OutputMetrics, Tolerance
-    from torch2ms.pipeline.divergence import DiffReport, TensorDiff
+    from torch2ms.divergence import DiffReport, TensorDiff
     from torch2ms.recipe import parse_recipe
 
     def m(rel):

@@ -20,7 +20,7 @@ from own_process_stages import Killed, Raises, Reports
 from torch2ms.errors import CheckFailed, RecipeError, StageFailed, UnsupportedOpsError
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
-from torch2ms.stages import pipeline_runner
+from torch2ms.stages import PipelineChecks, pipeline_runner
 
 TESTS = Path(__file__).parents[1]
 REPO = TESTS.parent
@@ -65,7 +65,7 @@ def test_export_in_its_own_process_writes_what_one_process_writes_and_torch_stay
 def runner(tmp_path, stage, logs=None) -> Runner:
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml"))
     log = logs.append if logs is not None else (lambda m: None)
-    return Runner(recipe, log=log, stages=[stage], own_processes=True)
+    return Runner(recipe, log=log, stages=[stage], checks=PipelineChecks(), own_processes=True)
 
 
 def leftovers(root: Path) -> list[str]:
@@ -83,7 +83,13 @@ def test_the_stage_runs_in_another_process_and_its_log_and_record_come_back(tmp_
     assert (result.root / "reports" / "pid.txt").read_text() == str(child)
     assert json.loads((result.root / "reports" / "stage.json").read_text())["counts"]["pid"] == child
     # in one process (the runner's default) it runs here
-    one = Runner(load_recipe(tmp_path / "tiny.yaml"), tmp_path / "one", log=lambda m: None, stages=[Reports()])
+    one = Runner(
+        load_recipe(tmp_path / "tiny.yaml"),
+        tmp_path / "one",
+        log=lambda m: None,
+        stages=[Reports()],
+        checks=PipelineChecks(),
+    )
     assert one.run().stages[0].record["counts"]["pid"] == os.getpid()
 
 
@@ -111,8 +117,10 @@ import sys
 from own_process_stages import Sleeps
 from torch2ms.pipeline.runner import Runner
 from torch2ms.recipe import load_recipe
+from torch2ms.stages import PipelineChecks
 try:
-    Runner(load_recipe(sys.argv[1]), log=lambda m: print(m, flush=True), stages=[Sleeps()], own_processes=True).run()
+    log = lambda m: print(m, flush=True)
+    Runner(load_recipe(sys.argv[1]), log=log, stages=[Sleeps()], checks=PipelineChecks(), own_processes=True).run()
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     sys.exit(130)

@@ -1,4 +1,4 @@
-"""diff's replay where onnxruntime itself is the inaccurate side (``pipeline.divergence.arbitration``).
+"""diff's replay where onnxruntime itself is the inaccurate side (``divergence.arbitration``).
 
 onnxruntime's CPU Sigmoid is accurate to ~1e-7 absolute, not relative: on logits near -16 its
 outputs are off by tens of percent, MindSpore's by ~1e-6. A Conv -> Add -> Sigmoid graph whose

@@ -18,6 +18,7 @@ import torch
 from onnx import helper, numpy_helper
 
 from torch2ms.export.floor import float64_outputs
+from torch2ms.graph.cache import onnx_graph
 from torch2ms.graph.load import _inferred_dtypes, _without_large_initializers, load_onnx
 from torch2ms.pipeline.context import RunContext
 from torch2ms.pipeline.workspace import RunDir
@@ -74,8 +75,8 @@ def test_stage_copies_share_the_weights(tmp_path):
     path = tmp_path / "model.onnx"
     weights = _mlp_onnx(path)
     ctx = _ctx(tmp_path)
-    first = ctx.onnx_graph(path)
-    (second, other_batch), grown = _traced(lambda: (ctx.onnx_graph(path), ctx.onnx_graph(path, {"x": 2})))
+    first = onnx_graph(ctx, path)
+    (second, other_batch), grown = _traced(lambda: (onnx_graph(ctx, path), onnx_graph(ctx, path, {"x": 2})))
     # a second stage's copy and the graph at batch 2 hold no weights of their own (the batch-2 load
     # itself allocates them once, then swaps them for the shared ones)
     assert grown < weights / 4, (grown, weights)
@@ -87,7 +88,7 @@ def test_stage_copies_share_the_weights(tmp_path):
         second.values["w0"].const[0, 0] = 1.0
     # the copies are otherwise their own
     second.nodes.pop()
-    assert len(ctx.onnx_graph(path).nodes) == len(first.nodes)
+    assert len(onnx_graph(ctx, path).nodes) == len(first.nodes)
 
 
 def test_dtype_inference_without_the_weights_gives_the_same_dtypes(tmp_path):
@@ -133,8 +134,8 @@ def test_float64_reference_of_a_half_model_copies_it():
 def test_a_load_that_failed_is_not_tried_again(tmp_path, monkeypatch):
     """A model with its batch baked in (the Reshape's shape says 1) fails at batch 2 in onnxruntime;
     a second stage asking for batch 2 gets the same error without a second load."""
-    import torch2ms.graph
     from torch2ms.errors import OnnxError
+    from torch2ms.graph import cache
 
     path = tmp_path / "model.onnx"
     _mlp_onnx(path)
@@ -143,15 +144,15 @@ def test_a_load_that_failed_is_not_tried_again(tmp_path, monkeypatch):
     shape.CopyFrom(numpy_helper.from_array(np.array([1, WIDTH], np.int64), "shape"))
     onnx.save(model, str(path))
     loads = []
-    real = torch2ms.graph.load_onnx
-    monkeypatch.setattr(torch2ms.graph, "load_onnx", lambda *a, **k: loads.append(a[1]) or real(*a, **k))
+    real = cache.load_onnx
+    monkeypatch.setattr(cache, "load_onnx", lambda *a, **k: loads.append(a[1]) or real(*a, **k))
     ctx = _ctx(tmp_path)
-    ctx.onnx_graph(path)
+    onnx_graph(ctx, path)
     errors = []
     for _ in range(2):
         with pytest.raises(OnnxError, match="Reshape") as raised:
-            ctx.onnx_graph(path, {"x": 2})
+            onnx_graph(ctx, path, {"x": 2})
         errors.append(str(raised.value))
     assert errors[0] == errors[1]
     assert [s["x"] for s in loads] == [(1, WIDTH), (2, WIDTH)]  # batch 2 loaded once
-    assert ctx.onnx_graph(path).values["x"].shape == (1, WIDTH)  # the batch-1 graph is still served
+    assert onnx_graph(ctx, path).values["x"].shape == (1, WIDTH)  # the batch-1 graph is still served

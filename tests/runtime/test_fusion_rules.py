@@ -9,7 +9,7 @@ import tarfile
 import pytest
 from conftest import run_cli, write_recipe
 
-from torch2ms.package.targets import atc_sh, get_target
+from torch2ms.bundle.targets import atc_sh, get_target
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import graph_kernel
 
@@ -63,7 +63,7 @@ def test_bad_fusion_rules_name_the_field_and_exit_2(tmp_path, capsys, compile_se
 def test_atc_switch_flag_lands_in_the_atc_command(tmp_path):
     """The compile record's rules (a retry rule included) become the switch file; its flag goes on
     the atc command line that targets.atc_sh writes."""
-    from torch2ms.package import fusion_switch
+    from torch2ms.bundle import fusion_switch
 
     target = get_target("atlas-200i-dk-a2")
     text = atc_sh(target, "m", [{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}], "fp16", with_aipp=False)

@@ -13,12 +13,12 @@ import pytest
 import torch
 from conftest import unpack_bundle, write_recipe
 
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.targets import TARGETS, check_batch
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.codegen.batch import BatchDependent, batch_expr, merge_all
 from torch2ms.errors import Torch2msError
 from torch2ms.model_loader import build_model, flatten_outputs
-from torch2ms.package.build import build_bundle
-from torch2ms.package.targets import TARGETS, check_batch
-from torch2ms.package.verify import verify_bundle
 from torch2ms.pipeline.workspace import load_npz, split_batches
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
@@ -138,7 +138,7 @@ def test_bundle_carries_the_board_tools_settings(batch_bundle):
 
 def test_verify_fails_when_a_batch_size_is_wrong(batch_bundle, tmp_path):
     """The extra sizes are really compared: a bundle whose batch-4 reference is off fails verify."""
-    from torch2ms.package.archive import write_archive
+    from torch2ms.bundle.archive import write_archive
 
     _, _, bundle = batch_bundle
     root = tmp_path / "x"

@@ -143,9 +143,8 @@ def test_a_variant_within_the_bound_that_changes_the_task_gives_way(tmp_path):
     logits stay within the tensor bound but swap the top class of a near-tie fails the recipe's
     top-1 gate and is recorded with the task's violation."""
     from torch2ms.pipeline.record import Floors
-    from torch2ms.pipeline.runner import Runner
     from torch2ms.recipe import load_recipe
-    from torch2ms.stages import pipeline_stages
+    from torch2ms.stages import pipeline_runner
 
     recipe = load_recipe(write_recipe(tmp_path / "tiny.yaml", check={"samples": 1, "task_agreement": 1.0}))
     reference = [{"logits": np.array([[2.0, 1.999, 0.5, 0.1, -1.0]])}]
@@ -153,7 +152,7 @@ def test_a_variant_within_the_bound_that_changes_the_task_gives_way(tmp_path):
         "swapped": [{"logits": np.array([[1.999, 2.0, 0.5, 0.1, -1.0]])}],
         "same": [{"logits": np.array([[2.0005, 1.999, 0.5, 0.1, -1.0]])}],
     }
-    runner = Runner(recipe, stages=pipeline_stages(), log=lambda m: None)
+    runner = pipeline_runner(recipe, log=lambda m: None)
     runner.ctx.cache["reference"] = ([{}], reference)  # PyTorch's outputs, as reference.npz holds them
     check = VariantCheck(Tolerance(1e-2), reference, runner._task_gate(Floors()))
     chosen, _, rejected = passing_variant(["swapped", "same"], outputs.__getitem__, check)

@@ -205,9 +205,9 @@ def test_token_bundle_verifies_and_its_infer_py_takes_token_ids(text_run, tmp_pa
     import torch
     from conftest import run_bundle_infer, unpack_bundle
 
+    from torch2ms.bundle.build import build_bundle
     from torch2ms.cli import main
     from torch2ms.model_loader import build_model
-    from torch2ms.package.build import build_bundle
 
     path, result = text_run
     bundle = build_bundle(result, tmp_path / "dist", log=lambda m: None).path
@@ -244,7 +244,7 @@ def test_infer_py_tokens_fill_the_mask_and_segment_zero():
     (segment A: it is not a mask), and an input of another shape refused by name."""
     import importlib.util
 
-    from torch2ms.package.build import TEMPLATES
+    from torch2ms.bundle.build import TEMPLATES
 
     spec = importlib.util.spec_from_file_location("bundle_infer", TEMPLATES / "infer.py")
     infer = importlib.util.module_from_spec(spec)

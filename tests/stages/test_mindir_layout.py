@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
-from torch2ms.package.build import build_bundle
+from torch2ms.bundle.build import build_bundle
 from torch2ms.recipe import load_recipe
 from torch2ms.runtime import mindir_layout, msutil
 from torch2ms.stages import pipeline_runner

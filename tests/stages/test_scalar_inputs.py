@@ -12,10 +12,10 @@ import pytest
 import torch
 from conftest import run_bundle_infer, unpack_bundle, write_recipe
 
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.errors import RecipeError
 from torch2ms.model_loader import build_model
-from torch2ms.package.build import build_bundle
-from torch2ms.package.verify import verify_bundle
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
 

@@ -110,9 +110,9 @@ def test_tiny_bert_follows_batch_and_length(tmp_path):
     import mindspore as ms
     import torch
 
+    from torch2ms.bundle.build import build_bundle
+    from torch2ms.bundle.verify import verify_bundle
     from torch2ms.model_loader import build_model
-    from torch2ms.package.build import build_bundle
-    from torch2ms.package.verify import verify_bundle
     from torch2ms.runtime import msutil
     from torch2ms.stages import pipeline_runner
 
@@ -152,7 +152,7 @@ def test_a_length_above_the_position_embeddings_is_refused(tmp_path):
 
 # --- the board tools' settings ---
 def test_atc_compiles_batch_and_length_profiles_into_one_model():
-    from torch2ms.package.targets import TARGETS, atc_sh, dims_profiles
+    from torch2ms.bundle.targets import TARGETS, atc_sh, dims_profiles
 
     extra = {"batch": [1, 3], "sequence": [8, 16]}
     inputs = [{**IDS, **extra}, {**MASK, **extra}]

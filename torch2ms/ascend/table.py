@@ -20,7 +20,7 @@ from pathlib import Path
 from torch2ms.ascend.lowering import SHAPE_ONLY
 
 TABLE = Path(__file__).with_name("ascend310.json")
-PRECISIONS = ("fp16", "cube-fp16", "fp32", "int8")  # package.targets.PRECISION: the ATC mode each means
+PRECISIONS = ("fp16", "cube-fp16", "fp32", "int8")  # bundle.targets.PRECISION: the ATC mode each means
 QUANTIZABLE = frozenset({"Conv2D", "DepthwiseConv2D", "MatMulV2", "BatchMatMul", "Conv2DTransposeD", "AvgPool"})
 AI_CORE, AI_CPU, UNSUPPORTED, NONE = "AI Core", "AI CPU", "unsupported", "none"
 

@@ -133,7 +133,7 @@ def ensure_run(recipe: Recipe, out_root: Path | None, log: Callable[[str], None]
 
 def ensure_plain(recipe: Recipe, run_root: Path, log: Callable[[str], None]) -> Path:
     """``<run>/bench/plain``: the rebuild without Conv+BN+Act fusion, regenerated when the ONNX changes."""
-    from torch2ms.conversion import generate_network
+    from torch2ms.codegen.convert import generate_network
     from torch2ms.passes import rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import RunDir

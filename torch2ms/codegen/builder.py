@@ -5,7 +5,7 @@ path); weight-free ops are calls in ``construct``; constant tensors the graph ne
 non-trainable ``Parameter``s stored in the checkpoint beside the code, and scalar constants
 are written as literals. ``tensor_map`` ties each generated statement to the ONNX tensor it
 computes, the ONNX tensors it reads, and its line: what divergence localization
-(``torch2ms.pipeline.divergence``) walks.
+(``torch2ms.divergence``) walks.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import ast
 
 import numpy as np
 
+from torch2ms.codegen.locals import assignments
 from torch2ms.codegen.scopes import Scope
-from torch2ms.pipeline.divergence.probe import assignments
 
 
 def assign_lines(source: str) -> dict[tuple[str, str], list[int]]:

@@ -7,11 +7,12 @@ name only when nothing reads the value the name holds any more, so every value i
 its name holds where it is read; a name takes a suffix (``out_1``) where two of its values are
 live at once. Each top-level assignment of a name is counted (an argument is the first), so
 ``tensor_map.json`` can say which assignment of ``out`` computes a tensor
-(``torch2ms.codegen.linemap``, ``torch2ms.pipeline.divergence.probe``).
+(``torch2ms.codegen.linemap``, ``torch2ms.divergence.probe``).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 
@@ -90,3 +91,15 @@ class Locals:
     def current(self, name: str) -> int:
         """The index of the assignment ``name`` holds now."""
         return max(self.assigned[name] - 1, 0)
+
+
+def assignments(fn: ast.FunctionDef) -> list[tuple[str, ast.stmt | None]]:
+    """(name, statement) for each assignment of a name in ``construct``, in order: its arguments
+    first (statement None), then its top-level assignments. The k-th of one name is the k-th
+    assignment ``tensor_map.json``'s ``assign`` counts (``Locals``, above), which the line map
+    (``codegen.linemap``) and divergence's probe (``divergence.probe._hook_assignments``) follow."""
+    out: list[tuple[str, ast.stmt | None]] = [(a.arg, None) for a in fn.args.args[1:]]
+    for st in fn.body:
+        if isinstance(st, ast.Assign):
+            out += [(n.id, st) for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return out

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.export.modules import array_hash
+from torch2ms.pipeline.workspace import array_hash
 
 
 def _initializer_keys(model, state: dict[str, dict]) -> dict[str, list[str]]:

@@ -140,7 +140,7 @@ def check(
 def _analyse(path: Path, shapes: dict, passes: tuple, target: str | None, precision: str, from_recipe: bool) -> None:
     """Every node of the ONNX ``path`` (``passes``: the rebuild's fuse, fold, the fold's Ascend rewrites):
     ``UnsupportedOpsError`` listing the problems, else the op counts and, with ``target``, the placement."""
-    from torch2ms.conversion import find_problems
+    from torch2ms.codegen.convert import find_problems
     from torch2ms.converters.registry import format_problems
     from torch2ms.graph import load_onnx
 

@@ -38,7 +38,7 @@ def diff(
 
     Compares every tensor, writes diff.json/diff.md into the stage folder."""
     from torch2ms.compare import Tolerance
-    from torch2ms.pipeline.divergence import localize, render_text, write_diff
+    from torch2ms.divergence import localize, render_text, write_diff
     from torch2ms.pipeline.workspace import RunDir, load_npz, split_reference
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import localized_stages

@@ -38,8 +38,8 @@ def package(
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Run the stages if needed, then write <out>/<name>-<version>.tar.gz for one board."""
-    from torch2ms.package.build import build_bundle
-    from torch2ms.package.targets import get_target
+    from torch2ms.bundle.build import build_bundle
+    from torch2ms.bundle.targets import get_target
     from torch2ms.pipeline.runner import raise_for
     from torch2ms.recipe import load_recipe
     from torch2ms.stages import pipeline_runner
@@ -50,7 +50,7 @@ def package(
     if r.task == "text_generation":  # two graphs: torch2ms.generation.bundle
         return _package_generation(r, target, out, runs, version, precision)
     if precision == "int8":  # bad calibration data: named before any stage runs
-        from torch2ms.package import int8
+        from torch2ms.bundle import int8
 
         int8.calibration_samples(r, log=lambda m: None)
     runner = pipeline_runner(
@@ -103,7 +103,7 @@ def verify(
     cpu_isa: str | None = CpuIsa,
 ) -> None:
     """Check a bundle: hashes, safe unpacking, and its MindIR vs PyTorch on the bundled samples."""
-    from torch2ms.package.verify import verify_bundle
+    from torch2ms.bundle.verify import verify_bundle
 
     setup_cpu(cpu_isa)
     res = verify_bundle(bundle, log=lambda m: out_console.print(m, highlight=False))

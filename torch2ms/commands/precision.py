@@ -44,8 +44,8 @@ def precision(
     """Emulate fp16 per layer, find the fewest layers to keep in fp32 for precision.fp16_rel_error (and
     check.task_agreement), and write keep_dtype.cfg, modify_mixlist.json, converter_lite.cfg, precision.md.
     With --int8, the same for INT8."""
+    from torch2ms.bundle import fp16 as plan_mod
     from torch2ms.generation import refuse_unconverted
-    from torch2ms.package import fp16 as plan_mod
     from torch2ms.pipeline.runner import raise_for
     from torch2ms.pipeline.workspace import load_npz, split_reference, write_json
     from torch2ms.recipe import load_recipe
@@ -82,8 +82,8 @@ def precision(
     dest.mkdir(parents=True, exist_ok=True)
     truth = None
     if true_fp16:
-        from torch2ms.package.emulate import Fp16Emulator
-        from torch2ms.package.fp16_truth import true_fp16
+        from torch2ms.bundle.emulate import Fp16Emulator
+        from torch2ms.bundle.fp16_truth import true_fp16
 
         ref_in, ref_out = split_reference(load_npz(ref_path))
         emulated = Fp16Emulator(onnx_path, ref_in, list(ref_out[0])).run()
@@ -96,8 +96,8 @@ def precision(
 
 def _write_plan(plan: dict, name: str, dest: Path, truth: dict | None, with_json: bool) -> None:
     """The bundle's fp16 files, converter_lite's settings and precision.md (and plan.json) in ``dest``."""
-    from torch2ms.package import fp16 as plan_mod
-    from torch2ms.package.targets import converter_lite_cfg
+    from torch2ms.bundle import fp16 as plan_mod
+    from torch2ms.bundle.targets import converter_lite_cfg
 
     for file, text in plan_mod.bundle_files(plan).items():
         (dest / file).write_text(text)

@@ -11,8 +11,8 @@ ROWS = 15
 
 
 def int8_plan(r, runs: Path | None, out: Path | None) -> None:
-    from torch2ms.package import int8
-    from torch2ms.package.targets import converter_lite_cfg
+    from torch2ms.bundle import int8
+    from torch2ms.bundle.targets import converter_lite_cfg
     from torch2ms.pipeline.runner import raise_for
     from torch2ms.stages import pipeline_runner, writer_of
 

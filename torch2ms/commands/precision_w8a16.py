@@ -15,8 +15,8 @@ def w8a16_plan(r, runs: Path | None, out: Path | None) -> None:
     ``<run>/precision/w8a16``)."""
     import json
 
+    from torch2ms.bundle import w8a16, w8a16_report
     from torch2ms.generation.convert import generation_runners, run_generation
-    from torch2ms.package import w8a16, w8a16_report
     from torch2ms.pipeline.runner import raise_for
 
     if r.task != "text_generation":

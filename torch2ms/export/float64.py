@@ -3,7 +3,7 @@
 On an ill-conditioned network two correct float32 implementations drift apart by more than the
 ceiling, so onnxruntime against PyTorch in float32 cannot tell drift from a wrong graph. In float64
 the drift shrinks by ~1e9 while a wrong node does not, so the exported graph run in float64
-against the PyTorch model in float64 decides it (``pipeline.evidence.for_export``).
+against the PyTorch model in float64 decides it (``export.verdict.for_export``).
 
 onnxruntime's CPU provider has no float64 Conv ("Could not find an implementation for Conv(11)"),
 so the float64 graph runs on onnx's own reference evaluator (``onnx.reference``: numpy, every

@@ -114,7 +114,7 @@ def floor_fields(recipe, model, samples, outputs, ort_out, ort_batches, batch_re
 
     Also returns PyTorch's float64 outputs when they were run (``{"samples": [...], "batches":
     {size: [...]}}``, else None): what ``model.onnx`` in float64 is held to when the check lies
-    beyond ``check.ceiling`` (``pipeline.evidence.for_export``)."""
+    beyond ``check.ceiling`` (``export.verdict.for_export``)."""
     metrics = _ort_metrics(ort_out, outputs, ort_batches, batch_reference)  # once, for both questions
     fields: dict = {"float32_floor_needed": misses_recipe_bound(recipe, ort_out, outputs, metrics)}
     if not fields["float32_floor_needed"]:

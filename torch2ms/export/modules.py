@@ -10,22 +10,14 @@ its key. ``roles`` holds, per PyTorch class, the names its ``forward`` gives its
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-
-import numpy as np
-
-
-def array_hash(array: np.ndarray) -> str:
-    a = np.ascontiguousarray(array)
-    return hashlib.sha1(a.tobytes() + str(a.shape).encode() + str(a.dtype).encode()).hexdigest()
 
 
 def record_modules(model, out: Path) -> None:
     """Write ``out``/modules.json for ``model`` (a ``torch.nn.Module``)."""
     from torch2ms.export.roles import module_roles
-    from torch2ms.pipeline.workspace import atomic_write_text
+    from torch2ms.pipeline.workspace import array_hash, atomic_write_text
 
     modules = {name: type(m).__name__ for name, m in model.named_modules() if name}
     state = {}

@@ -7,7 +7,7 @@ ceiling), leave two explanations the float32 comparison cannot tell apart: the e
 computes something else (a trace that turned tensors into Python numbers), or onnxruntime's float32
 run of a right graph drifts where PyTorch's does not. So, in order:
 
-1. ``model.onnx`` in float64 against PyTorch in float64 (``pipeline.evidence.for_export``): within
+1. ``model.onnx`` in float64 against PyTorch in float64 (``for_export``, below): within
    the replay's local bound the graph is right, and the stage passes on that evidence (``by:
    float64``); ``by: none`` (the float64 run cannot run) leaves it not checkable (exit 3);
 2. the graph is wrong (``by: wrong``): the other exporter of ``export.exporter: auto``'s chain writes
@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 
 from torch2ms.pipeline.context import VERDICT_KEY
+from torch2ms.pipeline.evidence import none
 
 CACHE_KEY = VERDICT_KEY
 
@@ -51,10 +52,8 @@ def decide(ctx, onnx_path: Path, redo_export, check_ort) -> dict:
     """The verdict (see the module's docstring). ``redo_export(path, exporter)`` writes the model with
     ``exporter`` to ``path`` (returns the attempt, or None when that exporter fails);
     ``check_ort(path)`` returns onnxruntime's outputs on the samples and whether they meet the bound."""
-    from torch2ms.pipeline import evidence
-
     needed = ["onnxruntime beyond check.ceiling, float32 PyTorch within it of float64"]
-    first = evidence.for_export(ctx, onnx_path, needed)
+    first = for_export(ctx, onnx_path, needed)
     used = ctx.cache.get("export_exporter", "torchscript")
     tries = [{"exporter": used, "float64": first["by"], **_why(first)}]
     if first["by"] in ("float64", "none"):
@@ -66,7 +65,7 @@ def decide(ctx, onnx_path: Path, redo_export, check_ort) -> dict:
         tries.append({"exporter": other, "error": "it cannot export the model"})
         return _wrong(first, tries)
     outputs, within = check_ort(trial)
-    second = None if within else evidence.for_export(ctx, trial, needed)
+    second = None if within else for_export(ctx, trial, needed)
     tries.append({"exporter": other, "within_bound": within, **({"float64": second["by"]} if second else {})})
     if within or second["by"] == "float64":
         shutil.move(trial, onnx_path)
@@ -145,9 +144,8 @@ def settle(ctx, model, onnx_path: Path, names: list[str], produced, floor: dict,
 def _locate(model, onnx_path: Path, samples: list[dict], check, verdict: dict) -> None:
     """Adds the first diverging module of the wrong ``model.onnx`` (``export.first_diverging``, on
     the first sample that shows the error) to ``verdict`` and its ``why``."""
-    from torch2ms.bounds import widen
+    from torch2ms.bounds import LOCAL_SHARE, widen
     from torch2ms.export.first_diverging import first_diverging, summary
-    from torch2ms.pipeline.divergence import LOCAL_SHARE
 
     bound = widen(check.rel_error, check.cosine, LOCAL_SHARE)[0]
     for k, sample in enumerate(samples):
@@ -160,3 +158,48 @@ def _locate(model, onnx_path: Path, samples: list[dict], check, verdict: dict) -
             verdict["first_diverging"] = {"sample": k, "bound": bound, **found}
             verdict["why"] += f"; {summary(found)} (sample {k})"
             return
+
+
+def for_export(ctx, onnx_path, needed: list[str]) -> dict:
+    """The export stage: ``model.onnx`` in float64 (onnx's reference evaluator) against PyTorch in
+    float64 on the same inputs, within the replay's local bound (``export.float64``)."""
+    import time
+
+    from torch2ms.bounds import LOCAL_SHARE, widen
+    from torch2ms.compare import Tolerance, compare_outputs, worst
+    from torch2ms.export import float64
+
+    wide = ctx.cache.get("float64_reference")
+    if wide is None:
+        return none(needed, "the PyTorch model does not run in float64, so nothing can hold model.onnx to it")
+    samples, outputs = ctx.cache["reference"]
+    runs = [("the samples", len(samples), wide["samples"])]
+    runs += [(f"batch {n}", 1, w) for n, w in wide["batches"].items()]
+    inputs = [*samples, *(ctx.cache["batch_reference"][n][0] for n in wide["batches"])]
+    check = ctx.recipe.check
+    tol = Tolerance(*widen(check.rel_error, check.cosine, LOCAL_SHARE))
+    start = time.perf_counter()
+    try:  # one evaluator for the samples and the extra batch sizes
+        got = float64.run(onnx_path, inputs, list(outputs[0]))
+    except Exception as err:  # noqa: BLE001 - any op the reference evaluator cannot run in float64
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        return none(needed, f"{float64.EVALUATOR} cannot run model.onnx in float64 ({type(err).__name__}: {first})")
+    metrics, apart, at = [], [], 0
+    for where, count, reference in runs:
+        same = compare_outputs(got[at : at + count], reference)
+        at += count
+        metrics += same
+        apart += [f"{where}, output {m.name!r}: {v}" for m in same for v in tol.violations(m)]
+    found = {
+        "needed": needed,
+        "evaluator": float64.EVALUATOR,
+        "local_bound": tol.rel_error,
+        "max_rel_error": max(m.rel_error for m in metrics),
+        "min_cosine": min(m.cosine for m in metrics),
+        "compared": len(metrics),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    if apart:
+        why = f"model.onnx in float64 differs from PyTorch in float64: {'; '.join(apart)}"
+        return {"by": "wrong", **found, "node": None, "why": why, "output": worst(metrics).name}
+    return {"by": "float64", **found}

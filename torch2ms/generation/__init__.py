@@ -16,7 +16,7 @@ comparison with transformers' own ``generate``.
 
 ``check`` analyses and places both graphs' ONNX and ``package`` writes a bundle that generates;
 ``precision`` refuses a ``text_generation`` recipe (``refuse_unconverted``) but for ``--plan w8a16``
-(``package.w8a16``).
+(``bundle.w8a16``).
 """
 
 from __future__ import annotations

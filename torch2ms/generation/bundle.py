@@ -1,13 +1,13 @@
 """``torch2ms package`` on a ``text_generation`` recipe: one archive that generates on the board.
 
-Each graph is packaged as any converted model (``package.build.bundle_payload``: its MindIR, ONNX,
+Each graph is packaged as any converted model (``bundle.build.bundle_payload``: its MindIR, ONNX,
 board ONNX, reference samples, compatibility report and the ATC and converter_lite scripts and
-configs, linted against ``package.vendor_flags``) into its own folder of the archive, ``prefill/``
+configs, linted against ``bundle.vendor_flags``) into its own folder of the archive, ``prefill/``
 and ``decode/``, laid out as a one-model bundle, so that each folder's ``targets/<board>/atc.sh``
 compiles its own graph. The prefill graph's inputs are a sequence-length profile at more than one
 prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per gear. Beside them:
 
-* ``infer.py``: the generation loop (``package/templates/generate.py``), numpy and MindSpore
+* ``infer.py``: the generation loop (``bundle/templates/generate.py``), numpy and MindSpore
   (Lite) only;
 * ``samples/generation.npz``: the recipe's prompts (``prompt_ids`` right-padded with -1,
   ``prompt_lengths``) and transformers' greedy tokens for them (``tokens``) with the top-2 logit
@@ -16,7 +16,7 @@ prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per g
   reads: batch, gears, padding, the static cache (cache_length, layers, kv heads, head_dim, dtype).
 
 ``--precision w8a16``: the graphs packaged as fp32, their MindIRs then replaced by the W8A16 plan's
-(``package.w8a16``: Linear weights and token embeddings int8 per row, the layers that break
+(``bundle.w8a16``: Linear weights and token embeddings int8 per row, the layers that break
 generation kept float; reloaded and checked as generation), with ``precision/w8a16_plan.json`` and
 ``.md`` and a ``w8a16`` section in the manifest. The ONNX and the board scripts that compile it
 (ATC) stay float: the int8 weights are in the MindIRs (MindSpore, converter_lite). Refused, nothing
@@ -60,7 +60,7 @@ def graph_precisions(recipe, precision: str) -> dict[str, str]:
 def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, version, precision: str, log: Callable):
     """Write ``<out_dir>/<name>-<version>.tar.gz`` from the two graphs' runs (``results``: graph ->
     ``RunResult``, every enabled stage passed); see the module docstring."""
-    from torch2ms.package import build
+    from torch2ms.bundle import build
 
     precisions = graph_precisions(recipe, precision)
     version = build._checked_version(recipe, precisions["decode"], version)
@@ -99,8 +99,8 @@ def _is_mindir(name: str, graph: str) -> bool:
 def _w8a16_plan(recipe, run_root: Path, log: Callable) -> dict:
     """The W8A16 plan of the run (made, or reused from ``<run>/precision/w8a16``): its folder, plan and
     bundle files; ``CheckFailed`` when its reloaded MindIRs do not generate transformers' tokens."""
+    from torch2ms.bundle import w8a16, w8a16_report
     from torch2ms.errors import CheckFailed
-    from torch2ms.package import w8a16, w8a16_report
 
     folder = run_root / W8A16_FOLDER
     paths = w8a16.w8a16_mindirs(recipe, run_root, folder, log=log)
@@ -164,7 +164,7 @@ def _samples(plan, folder: Path) -> Path:
 
 
 def _manifest(recipe, version: str, plan, graphs: dict, precisions: dict, warnings: list[str]) -> dict:
-    from torch2ms.package.build import FORMAT
+    from torch2ms.bundle.build import FORMAT
 
     g = plan.geometry
     cache = list(g.cache_shape(plan.batch, plan.cache_length))

@@ -169,7 +169,9 @@ def run_generation(runners: dict, from_stage: str | None = None, force: bool = F
     names = runners["prefill"].names
     last = names.index(until) if until else len(names) - 1
     start = names.index(from_stage) if from_stage else (0 if force else None)
-    results = {g: RunResult(r.recipe, r.run_dir.root) for g, r in runners.items()}
+    results = {
+        g: RunResult(r.recipe, r.run_dir.root, task_note=r.checks.task_note(r.recipe)) for g, r in runners.items()
+    }
     stopped = False
     for i, name in enumerate(names):
         for graph in GRAPHS:

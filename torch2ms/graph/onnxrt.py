@@ -13,7 +13,7 @@ REFERENCE  export's check, ``diff``,       all / basic  off   on         default
 SHAPES     the loader's shape and constant none         off   off        default 4
            run (``graph.load``)
 EMULATION  fp16 / int8 emulators, the      none         on    on         1       3
-           calibrator (``package.emulate``)
+           calibrator (``bundle.emulate``)
 BENCHMARK  ``bench``'s onnxruntime variant all          on    on         bench's 3
 VALIDATE   does an exported file load      all          on    on         default 3
            (``export.exporters``)

@@ -14,7 +14,7 @@ from torch2ms.passes.activations import (
     FuseSilu,
     activation_passes,
 )
-from torch2ms.passes.ascend import (
+from torch2ms.passes.ascend_rewrites import (
     ExpandGroupNorm,
     ExpandHardActivations,
     MaxPoolPadToPad,

@@ -7,8 +7,9 @@ MindSpore stages after it, where a process that never imported torch peaks far l
 declares ``own_process`` runs, when the runner is asked to (``Runner(own_processes=True)``, which
 ``torch2ms convert`` is), in ``python -m torch2ms.pipeline.stage_process``:
 
-* the parent pickles ``sys.path``, then the job on the child's stdin: the recipe, the stages, the run
-  folder, the stage's fingerprint, the stages done, the floors and the CPU choice;
+* the parent pickles ``sys.path``, then the job on the child's stdin: the recipe, the stages, the
+  runner's checks, the run folder, the stage's fingerprint, the stages done, the floors and the CPU
+  choice;
 * the child runs the runner's own ``_execute_here`` for that one stage (run, check, replay, record,
   atomic commit: the same code as in one process) and sends its log lines, then its result or its
   error, as pickled messages on a pipe of its own (stdout and stderr stay the user's: warnings and
@@ -46,6 +47,7 @@ def run_in_child(runner, stage, fp: str, fp_payload: dict, done: list[str], floo
         "recipe": runner.recipe,
         "out_root": runner.run_dir.root.parent,
         "stages": runner.stages,
+        "checks": runner.checks,
         "index": runner.stages.index(stage),
         "fp": fp,
         "fp_payload": fp_payload,

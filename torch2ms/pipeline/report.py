@@ -58,7 +58,7 @@ def _notes(stage, rec: dict | None) -> str:
     if ev.get("by") == "replay":
         proof = f"replay: every node within {ev['local_bound']:g} (worst {ev['max_local_error']:.2g}, {ev['node']})"
         ref = ev.get("reference")
-        if ref:  # pipeline.divergence.arbitration: onnxruntime, not the code, off float64
+        if ref:  # divergence.arbitration: onnxruntime, not the code, off float64
             proof += (
                 f"; {ref['max_rel_error']:.2g} from model.onnx in float64, onnxruntime "
                 f"{ref['onnxruntime_rel_error']:.2g} (its own {ref['op']} {ref['node']})"
@@ -134,14 +134,9 @@ def write_reports(result: RunResult) -> None:
 
 def _task_lines(result: RunResult) -> list[str]:
     """Under the table: what the task column measures, its gate, and each stage's task notes."""
-    from torch2ms.tasks import gate, task_for
-
-    t = task_for(result.recipe)
-    if t is None:
+    if result.task_note is None:
         return []
-    need = gate(result.recipe, t)
-    gated = f"a stage fails below {need:g}" if need else "report only"
-    lines = ["", f"Task ({result.recipe.task}): each stage's outputs vs PyTorch's; {gated} (check.task_agreement)."]
+    lines = ["", result.task_note]
     for s in result.stages:
         task = (s.record or {}).get("task") or {}
         b = task.get("gate") or {}

@@ -31,6 +31,8 @@ class RunResult:
     root: Path
     stages: list[StageResult] = field(default_factory=list)
     seconds: float = 0.0
+    # the report's line on the recipe's task and its gate (the runner's ``Checks.task_note``)
+    task_note: str | None = None
 
     @property
     def passed(self) -> bool:

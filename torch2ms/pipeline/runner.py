@@ -21,6 +21,7 @@ from torch2ms.bounds import ceiling, widen
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs, worst
 from torch2ms.errors import StageFailed, Torch2msError
 from torch2ms.pipeline import evidence as proof
+from torch2ms.pipeline.checks import Checks
 from torch2ms.pipeline.context import VERDICT_KEY, RunContext
 from torch2ms.pipeline.fingerprint import fingerprint, framework_versions
 from torch2ms.pipeline.record import Floors, StageRecord
@@ -61,35 +62,19 @@ class Verdict:
     evidence: dict | None = None
 
 
-def task_check(recipe: Recipe, outputs, reference, floor: float | None, source: str | None):
-    """The recipe task's agreement with PyTorch (None for task 'other') and its violation, if
-    any. ``floor``: the agreement two correct float32 implementations reach (``tasks.bound``)."""
-    from torch2ms.tasks import bound, task_for
-
-    t = task_for(recipe)
-    result = t.measure(recipe, outputs, reference) if t else None
-    if result is None:
-        return None, None
-    b = bound(recipe, t, floor, source or "")
-    result.gate = b
-    if result.agreement < b["agreement"]:
-        why = "" if b["by"] == "recipe" else f" ({b['by']})"
-        return result, f"{result.metric} {result.agreement:.4f} < {b['agreement']:.4g}{why}"
-    return result, None
-
-
 @dataclass
 class TaskGate:
-    """``task_check``'s violation (or None) for a stage's candidate outputs, a plain object so that
+    """The task check's violation (or None) for a stage's candidate outputs, a plain object so that
     it crosses into the process the compile stage builds a graph-kernel variant again in."""
 
+    checks: Checks
     recipe: Recipe
     reference: list
     floor: float | None
     source: str
 
     def __call__(self, outputs: list[dict]) -> str | None:
-        return task_check(self.recipe, outputs, self.reference, self.floor, self.source)[1]
+        return self.checks.task_check(self.recipe, outputs, self.reference, self.floor, self.source)[1]
 
 
 class Runner:
@@ -101,14 +86,15 @@ class Runner:
         on_stage: Callable[[str, str], None] | None = None,
         *,
         stages: list[Stage],
+        checks: Checks,
         own_processes: bool = False,
         alone: bool = False,
     ):
-        from torch2ms.custom import plugins
-
         self.recipe = recipe
+        # what the runner asks of the layers above pipeline/: the task, plugins, localisation, evidence
+        self.checks = checks
         # the recipe's converter plugins, in every process that converts it (this one, a stage's own)
-        self.plugins = plugins.load_for(recipe)
+        self.plugins = checks.plugins(recipe)
         # stages that declare ``own_process`` run in a process of their own (``pipeline.own_process``);
         # with plugins, every stage does: a user's kernel that crashes ends its stage's process only
         self.own_processes = own_processes
@@ -128,7 +114,7 @@ class Runner:
         if from_stage is not None and from_stage not in self.names:
             raise Torch2msError(f"--from {from_stage!r} is not a stage; choose one of {', '.join(self.names)}")
         t_start = time.perf_counter()
-        result = RunResult(self.recipe, self.run_dir.root)
+        result = RunResult(self.recipe, self.run_dir.root, task_note=self.checks.task_note(self.recipe))
         took_over = self.run_dir.lock()
         try:
             if took_over:
@@ -188,10 +174,9 @@ class Runner:
             "versions": self.versions,
         }
         if self.plugins:  # a plugin's code and kernels convert as torch2ms's own do
-            from torch2ms.custom.plugins import fingerprint
-
             # the kernels' sources, for the stages that run a network.py (the export runs none)
-            payload["plugins"] = fingerprint(self.plugins, kernels="network.py" in (*stage.reads, *stage.writes))
+            kernels = "network.py" in (*stage.reads, *stage.writes)
+            payload["plugins"] = self.checks.plugin_fingerprint(self.plugins, kernels)
         return payload
 
     def _up_to_date(self, stage: Stage, fp: str) -> StageResult | None:
@@ -423,9 +408,9 @@ class Runner:
 
     def _reference_off(self, stage: Stage, diff, m: Measured, outputs) -> tuple[dict | None, dict | None]:
         """Out of its bound against onnxruntime where onnxruntime itself is off float64 and no statement
-        is wrong (``pipeline.divergence.arbitration``): the stage passes when its outputs are within the recipe's
+        is wrong (``divergence.arbitration``): the stage passes when its outputs are within the recipe's
         bound of ``model.onnx`` in float64; the stages after it take its error as their floor."""
-        found = proof.for_reference_off(self.ctx, diff, stage.name, outputs, ["onnxruntime's own error"])
+        found = self.checks.reference_off(self.ctx, diff, stage.name, outputs, ["onnxruntime's own error"])
         if found is None:
             return None, None
         check, ref = self.recipe.check, found["reference"]
@@ -436,25 +421,21 @@ class Runner:
 
     def _evidence(self, stage: Stage, out: Path, beyond: list[str], diff, outputs) -> dict:
         """Whether every node is right, for outputs beyond check.ceiling (``pipeline.evidence``)."""
-        if stage.localize:
-            return proof.for_localized(diff, stage.name, beyond)
-        if stage.noise_floor:
-            return proof.for_export(self.ctx, out / "model.onnx", beyond)
-        return proof.for_compiled(self.ctx, stage, beyond, outputs)
+        return self.checks.evidence(self.ctx, stage, out, beyond, diff, outputs)
 
     def _task_gate(self, floors: Floors) -> TaskGate | None:
         """The task check a stage's candidate outputs must pass, as ``_measure`` applies it after the run;
         None where the run has no PyTorch reference (a stage list without the export's)."""
         if not any("reference.npz" in st.writes and st.enabled(self.recipe) for st in self.ctx.pipeline()):
             return None
-        return TaskGate(self.recipe, self.ctx.reference()[1], *self._task_floor(floors))
+        return TaskGate(self.checks, self.recipe, self.ctx.reference()[1], *self._task_floor(floors))
 
     @staticmethod
     def _task_floor(floors: Floors) -> tuple[float | None, str]:
         return floors.task, "onnxruntime's disagreement with PyTorch"
 
     def _task_check(self, outputs, reference, floor: float | None, source: str | None):
-        return task_check(self.recipe, outputs, reference, floor, source)
+        return self.checks.task_check(self.recipe, outputs, reference, floor, source)
 
     def _localize(self, stage: str, out: Path):
         """After a failed rebuild/fold check, or one that needs evidence past check.ceiling: the
@@ -462,19 +443,7 @@ class Runner:
         written as diff.json/diff.md beside it. If it fails, that is logged and the stage's own
         verdict stands (failed, or not checkable for want of evidence)."""
         try:
-            from torch2ms.pipeline.divergence import localize, write_diff
-
-            tol = Tolerance(self.recipe.check.rel_error, self.recipe.check.cosine)
-            report = localize(
-                self.ctx.artifact("model.onnx"),
-                out,
-                self.ctx.reference_inputs(),
-                tol,
-                stage,
-                display_dir=self.run_dir.stage_dir(stage),
-            )
-            write_diff(report, out)
-            return report
+            return self.checks.localize(self.ctx, stage, out)
         except Exception as err:
             self.ctx.log(
                 f"{stage}: the divergence could not be localized ({type(err).__name__}: {err});"

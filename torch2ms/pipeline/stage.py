@@ -8,7 +8,7 @@ A stage declares:
 - ``reads``: the artifacts it takes from earlier stages, and ``writes``: the artifacts it leaves in
   its folder. Which stage a read artifact comes from is derived: the last enabled earlier stage
   that writes it (network.py comes from fold, or from rebuild when folding is off);
-- ``localize``: a failed check runs ``torch2ms.pipeline.divergence`` on its ``network.py``;
+- ``localize``: a failed check runs ``torch2ms.divergence`` on its ``network.py``;
 - ``own_process``: it runs in a fresh process (``torch2ms.pipeline.own_process``);
 - ``notes(record)``: the report's notes column for a passed run.
 

@@ -43,9 +43,11 @@ def _run(out) -> int:
 
         if job["cpu"] is not None:
             cpu.adopt(job["cpu"])  # the parent's choice; its environment (ONEDNN_MAX_CPU_ISA) came with ours
-        runner = Runner(
-            job["recipe"], job["out_root"], log=lambda m: _send(out, "log", m), stages=job["stages"], alone=True
-        )
+
+        def log(message: str) -> None:
+            _send(out, "log", message)
+
+        runner = Runner(job["recipe"], job["out_root"], log=log, stages=job["stages"], checks=job["checks"], alone=True)
         stage = runner.stages[job["index"]]
         result = runner._execute_here(stage, job["fp"], job["fp_payload"], job["done"], job["floors"])
     except KeyboardInterrupt:  # its partial folder is gone (``_execute_here``)

@@ -64,6 +64,14 @@ _HASHED: dict[tuple, str] = {}
 _SETTLED_S = 0.05
 
 
+def array_hash(array: np.ndarray) -> str:
+    """A weight's identity by value, shape and dtype: what modules.json records for each PyTorch
+    parameter (``export.modules``) and what matches it with an ONNX initializer or a checkpoint's
+    tensor (``codegen.weight_map``, ``tools.load_weights``)."""
+    a = np.ascontiguousarray(array)
+    return hashlib.sha1(a.tobytes() + str(a.shape).encode() + str(a.dtype).encode()).hexdigest()
+
+
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())

@@ -126,6 +126,31 @@ class FusionSpec(_Strict):
         return v
 
 
+LIST_FLAGS = ("enable_cluster_ops", "disable_cluster_ops", "disable_expand_ops", "disable_fusion_pattern")
+_TOKEN = re.compile(r"--([a-z][a-z0-9_]*)(?:=(\S*))?")
+
+
+def parse_flags(text: str) -> dict[str, str]:
+    """``--name=value`` tokens by name (a bare ``--name`` is ``"true"``); anything else is an error."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        m = _TOKEN.fullmatch(token)
+        if not m:
+            raise ValueError(
+                f"{token!r}: expected --name=value tokens (e.g. --opt_level=2 --disable_cluster_ops=Select)"
+            )
+        out[m.group(1)] = m.group(2) if m.group(2) is not None else "true"
+    return out
+
+
+def typed_flags(fusion) -> dict[str, str]:
+    """The flags ``compile.fusion`` (a ``FusionSpec``) sets."""
+    out = {name: ",".join(getattr(fusion, name)) for name in LIST_FLAGS if getattr(fusion, name)}
+    if fusion.opt_level is not None:
+        out["opt_level"] = str(fusion.opt_level)
+    return out
+
+
 class CompileSpec(_Strict):
     graph_kernel: Literal["auto", "on", "off"] = Field(
         default="auto", description="auto: build with and without graph-kernel fusion, keep the faster"
@@ -143,15 +168,11 @@ class CompileSpec(_Strict):
     @field_validator("graph_kernel_flags")
     @classmethod
     def _flags_form(cls, v: str) -> str:
-        from torch2ms.runtime.graph_kernel import parse_flags
-
         parse_flags(v)
         return v
 
     @model_validator(mode="after")
     def _flags_once(self):
-        from torch2ms.runtime.graph_kernel import parse_flags, typed_flags
-
         both = sorted(set(parse_flags(self.graph_kernel_flags)) & set(typed_flags(self.fusion)))
         if both:
             raise ValueError(

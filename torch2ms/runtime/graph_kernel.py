@@ -6,7 +6,8 @@ graph (``set_context(graph_kernel_flags=...)`` is deprecated for it, mindspore/c
 are ``--name=value`` tokens; a list takes comma-separated op types. The recipe gives them as
 ``compile.graph_kernel_flags`` (a string, as written) and as ``compile.fusion``'s typed fields; both
 render into one string here, and the compile stage's retry rule adds its op types to
-``--disable_cluster_ops``. Flag names: the MindSpore graph-kernel fusion tutorial
+``--disable_cluster_ops``. Their grammar (``parse_flags``, ``typed_flags``) is the recipe's, which
+checks a recipe's flags when it loads (``recipe.stages``). Flag names: the MindSpore graph-kernel fusion tutorial
 (https://mindspore.cn/tutorials/experts/en/r2.1/optimize/graph_fusion_engine.html) and the flags
 parser of 2.10 (``enable_cluster_ops``, ``disable_cluster_ops``, ``disable_expand_ops``,
 ``disable_fusion_pattern``, ``opt_level`` in libmindspore_hardware_abstract.so).
@@ -31,8 +32,8 @@ import re
 import sys
 import tempfile
 
-LIST_FLAGS = ("enable_cluster_ops", "disable_cluster_ops", "disable_expand_ops", "disable_fusion_pattern")
-_TOKEN = re.compile(r"--([a-z][a-z0-9_]*)(?:=(\S*))?")
+from torch2ms.recipe.stages import LIST_FLAGS, parse_flags, typed_flags
+
 _FUSED = re.compile(r"\b(Fused_[A-Za-z0-9_]*?_fusion(?:_\d+)?)\b|\b(Fused_[A-Za-z0-9_]+)\b")
 _SCOPE = re.compile(r"\b(Default(?:/[\w.-]+)+)")
 _ARGS = "Compile error, args: "
@@ -45,27 +46,6 @@ _CC_FRAME = re.compile(r"(mindspore/ccsrc/[\w/.-]+\.cc:\d+ \w+)")
 # - graph_fusion/convert_data_type.cc CastTensor, "Not supported convert Int32 to Int64": a cluster
 #   holding an Equal whose bool result is cast to int32 and on to int64 (RoBERTa's position ids).
 UNNAMED_FAILURES = {"Not supported convert Int32 to Int64": ("Equal",)}
-
-
-def parse_flags(text: str) -> dict[str, str]:
-    """``--name=value`` tokens by name (a bare ``--name`` is ``"true"``); anything else is an error."""
-    out: dict[str, str] = {}
-    for token in text.split():
-        m = _TOKEN.fullmatch(token)
-        if not m:
-            raise ValueError(
-                f"{token!r}: expected --name=value tokens (e.g. --opt_level=2 --disable_cluster_ops=Select)"
-            )
-        out[m.group(1)] = m.group(2) if m.group(2) is not None else "true"
-    return out
-
-
-def typed_flags(fusion) -> dict[str, str]:
-    """The flags ``compile.fusion`` (a ``FusionSpec``) sets."""
-    out = {name: ",".join(getattr(fusion, name)) for name in LIST_FLAGS if getattr(fusion, name)}
-    if fusion.opt_level is not None:
-        out["opt_level"] = str(fusion.opt_level)
-    return out
 
 
 def flags(spec, rule: dict | None = None) -> str:

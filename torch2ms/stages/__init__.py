@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch2ms.pipeline import stage
 from torch2ms.pipeline.runner import Runner
 from torch2ms.pipeline.stage import Stage
+from torch2ms.stages.checks import PipelineChecks
 from torch2ms.stages.compile import CompileStage
 from torch2ms.stages.export import ExportStage
 from torch2ms.stages.fold import FoldStage
@@ -29,10 +30,10 @@ def pipeline_stages() -> list[Stage]:
 
 
 def pipeline_runner(recipe, out_root=None, **options) -> Runner:
-    """A ``Runner`` over a fresh ``PIPELINE``: how a recipe is converted (the commands, the zoo, the
-    bench, the tests). ``options`` are the runner's (``log``, ``on_stage``, ``own_processes``); the
-    pipeline layer never picks its stages itself."""
-    return Runner(recipe, out_root, stages=pipeline_stages(), **options)
+    """A ``Runner`` over a fresh ``PIPELINE`` and its checks (``PipelineChecks``): how a recipe is
+    converted (the commands, the zoo, the bench, the tests). ``options`` are the runner's (``log``,
+    ``on_stage``, ``own_processes``); the pipeline layer never picks its stages or checks itself."""
+    return Runner(recipe, out_root, stages=pipeline_stages(), checks=PipelineChecks(), **options)
 
 
 def writer_of(artifact: str, recipe, stages: list[Stage] | None = None, first: bool = False) -> str:
@@ -40,4 +41,12 @@ def writer_of(artifact: str, recipe, stages: list[Stage] | None = None, first: b
     return stage.writer_of(artifact, recipe, pipeline_stages() if stages is None else stages, first)
 
 
-__all__ = ["PIPELINE", "stage_names", "localized_stages", "pipeline_stages", "pipeline_runner", "writer_of"]
+__all__ = [
+    "PIPELINE",
+    "PipelineChecks",
+    "stage_names",
+    "localized_stages",
+    "pipeline_stages",
+    "pipeline_runner",
+    "writer_of",
+]

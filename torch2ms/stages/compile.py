@@ -29,10 +29,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from torch2ms.codegen.convert import PYNATIVE_CALLS
 from torch2ms.compare import Tolerance, compare_outputs, worst
-from torch2ms.conversion import PYNATIVE_CALLS
+from torch2ms.divergence import evidence
 from torch2ms.errors import StageFailed
-from torch2ms.pipeline import evidence
 from torch2ms.pipeline.stage import Stage, StageOutput
 from torch2ms.pipeline.workspace import write_json
 from torch2ms.runtime import graph_kernel, latency, msutil

@@ -44,7 +44,7 @@ class ExportStage(Stage):
     def config(self, recipe) -> dict:
         """The export section, the model spec, and the bytes behind it: the factory's source file,
         the checkpoint and the sample data (new data in the same file is a new reference)."""
-        from torch2ms.model_loader import factory_source_sha256
+        from torch2ms.model_loader import factory_source
 
         model = recipe.model.model_dump(mode="json")
         if recipe.model.onnx:
@@ -53,9 +53,9 @@ class ExportStage(Stage):
             model["onnx_sha256"] = sha256_file(source_path(recipe))
             source = None
         else:
-            source = factory_source_sha256(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
+            source = factory_source(recipe.model.factory, [Path.cwd(), Path(recipe.base_dir).resolve()])
         if source:
-            model["factory_source_sha256"] = source
+            model["factory_source_sha256"] = sha256_file(source)
         if recipe.model.checkpoint:
             model["checkpoint_sha256"] = _existing_file_sha256(recipe, recipe.model.checkpoint, "model.checkpoint")
         data = {}

@@ -1,6 +1,6 @@
 """Stage 3, fold: BatchNorm folded into the preceding convolution's weights and bias.
 
-With ``fold.ascend_rewrites`` (the default) the Ascend rewrites run last (``torch2ms.passes.ascend``):
+With ``fold.ascend_rewrites`` (the default) the Ascend rewrites run last (``torch2ms.passes.ascend_rewrites``):
 ops the 310 would run on AI CPU become AI Core equivalents, checked against PyTorch like the rest.
 
 The same generation as rebuild from ``export/model.onnx``, plus the ``FoldBatchNorm`` pass (formula in
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms.conversion import generate_network
+from torch2ms.codegen.convert import generate_network
+from torch2ms.graph.cache import onnx_graph
 from torch2ms.passes import ascend_passes, fold_passes
 from torch2ms.pipeline.stage import Stage, StageOutput
 
@@ -26,7 +27,7 @@ def ascend_counts(ctx, fuse: bool, rewrites: bool) -> dict:
     (``torch2ms.ascend``)."""
     from torch2ms.ascend.report import ascend_report
 
-    rep = ascend_report(ctx.onnx_graph(ctx.artifact("model.onnx")), "fp16", fuse=fuse, rewrites=rewrites, inplace=True)
+    rep = ascend_report(onnx_graph(ctx, ctx.artifact("model.onnx")), "fp16", fuse=fuse, rewrites=rewrites, inplace=True)
     off = rep["placement"]["off_ai_core"]
     return {
         "ai_cpu_ops": rep["placement"]["ai_cpu_ops"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch2ms.conversion import generate_network
+from torch2ms.codegen.convert import generate_network
 from torch2ms.passes import rebuild_passes
 from torch2ms.passes.coverage import blocks_text, coverage_text
 from torch2ms.pipeline.stage import Stage, StageOutput

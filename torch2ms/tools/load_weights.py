@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from torch2ms.errors import CheckFailed, Torch2msError
-from torch2ms.export.modules import array_hash
+from torch2ms.pipeline.workspace import array_hash
 
 
 def code_stages(ctx) -> list[str]:
@@ -132,8 +132,8 @@ def pytorch_outputs(recipe, state: dict[str, np.ndarray], samples: list[dict]) -
 def load_weights(recipe, run_dir, state_path: Path, log=print) -> list[StageWeights]:
     """Check ``state_path`` against every code-generating stage of the run; write the checkpoints
     only when all pass (see the module docstring)."""
+    from torch2ms.codegen.convert import generate, module_record
     from torch2ms.compare import Tolerance, compare_outputs
-    from torch2ms.conversion import generate, module_record
     from torch2ms.passes import ascend_passes, fold_passes, rebuild_passes
     from torch2ms.pipeline.context import RunContext
     from torch2ms.pipeline.workspace import sha256_file

@@ -49,7 +49,7 @@ PRELOAD = (
     "torch2ms.pipeline.report",
     "torch2ms.recipe",
     "torch2ms.stages",
-    "torch2ms.conversion",
+    "torch2ms.codegen.convert",
     "torch2ms.zoo.disk",
     "torch2ms.zoo.failures",
 )

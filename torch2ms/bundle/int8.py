@@ -48,18 +48,18 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.errors import RecipeError
-from torch2ms.package import precision
-from torch2ms.package.emulate import emulation_metrics, json_error, sig
-from torch2ms.package.emulate_int8 import Calibrator, Int8Emulator, calibration_tensors
-from torch2ms.package.int8_calibration import (  # noqa: F401  (the INT8 plan's names, as before the split)
+from torch2ms.bundle import precision
+from torch2ms.bundle.emulate import emulation_metrics, json_error, sig
+from torch2ms.bundle.emulate_int8 import Calibrator, Int8Emulator, calibration_tensors
+from torch2ms.bundle.int8_calibration import (  # noqa: F401  (the INT8 plan's names, as before the split)
     CALIBRATION_SUFFIXES,
     FIELD,
     calibration_samples,
     samples_digest,
 )
-from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
-from torch2ms.package.search import NEGLIGIBLE
+from torch2ms.bundle.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
+from torch2ms.bundle.search import NEGLIGIBLE
+from torch2ms.errors import RecipeError
 from torch2ms.pipeline.markdown import table
 from torch2ms.tasks.boxes import box_iou
 

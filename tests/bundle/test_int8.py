@@ -1,4 +1,4 @@
-"""The INT8 plan (``package/int8.py``, ``package/emulate.py``).
+"""The INT8 plan (``bundle/int8.py``, ``bundle/emulate.py``).
 
 * the quantization math against exact references: QuantizeLinear -> DequantizeLinear in onnxruntime
   against numpy to the bit, and a whole int8 Conv against ``converters/exact.py``'s integer oracle
@@ -29,9 +29,9 @@ from conftest import REPO, run_cli, write_recipe
 from converters.exact import conv_integer
 from onnx import TensorProto, helper, numpy_helper
 
-from torch2ms.package import int8
-from torch2ms.package.build import build_bundle
-from torch2ms.package.emulate_int8 import (
+from torch2ms.bundle import int8
+from torch2ms.bundle.build import build_bundle
+from torch2ms.bundle.emulate_int8 import (
     Calibrator,
     Int8Emulator,
     activation_qparams,
@@ -39,7 +39,7 @@ from torch2ms.package.emulate_int8 import (
     fake_quant_weight,
     weight_scales,
 )
-from torch2ms.package.verify import verify_bundle
+from torch2ms.bundle.verify import verify_bundle
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
@@ -315,8 +315,8 @@ def test_int8_with_a_dynamic_batch_packages_and_verifies_at_every_size(tmp_path)
 
 
 def test_bundle_carries_both_configs_and_the_calibration_set(tmp_path):
-    from torch2ms.package.build import build_bundle
-    from torch2ms.package.verify import verify_bundle
+    from torch2ms.bundle.build import build_bundle
+    from torch2ms.bundle.verify import verify_bundle
 
     recipe = load_recipe(sensitive_recipe(tmp_path))
     result = pipeline_runner(recipe, log=lambda m: None).run()
@@ -350,7 +350,7 @@ def test_bundle_carries_both_configs_and_the_calibration_set(tmp_path):
 PLAN_SCRIPT = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from torch2ms.package import int8
+from torch2ms.bundle import int8
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
 recipe = load_recipe({recipe!r})
@@ -472,8 +472,8 @@ def test_trained_fixture_int8_bundle(tmp_path, which):
     ``package --precision int8`` writes a bundle ``verify`` accepts."""
     import trained_models as tm
 
-    from torch2ms.package.build import build_bundle
-    from torch2ms.package.verify import verify_bundle
+    from torch2ms.bundle.build import build_bundle
+    from torch2ms.bundle.verify import verify_bundle
 
     if which == "digits":
         t = tm.train_digits(tmp_path / "w.pt")

@@ -14,15 +14,15 @@ import re
 import shlex
 from pathlib import PurePosixPath
 
+from torch2ms.bundle import vendor_flags as vf
 from torch2ms.errors import CheckFailed
-from torch2ms.package import vendor_flags as vf
 
 TOOLS = {"atc.sh": ("atc", vf.ATC), "converter_lite.sh": ('"$CONVERTER"', vf.CONVERTER_LITE)}
 
 
 def _check(where: str, name: str, value: str, allowed: vf.Allowed | None) -> list[str]:
     if allowed is None:
-        return [f"{where}: {name} is not in the table of documented flags and keys (package/vendor_flags.py)"]
+        return [f"{where}: {name} is not in the table of documented flags and keys (bundle/vendor_flags.py)"]
     ok = (
         value in allowed.values
         if allowed.values is not None
@@ -64,7 +64,7 @@ def lint_ini(where: str, text: str) -> list[str]:
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
             if section not in vf.CONVERTER_LITE_CFG:
-                problems.append(f"{where}:{n}: section {section!r} is not in the table (package/vendor_flags.py)")
+                problems.append(f"{where}:{n}: section {section!r} is not in the table (bundle/vendor_flags.py)")
             continue
         key, _, value = line.partition("=")
         keys = vf.CONVERTER_LITE_CFG.get(section or "", {})
@@ -122,6 +122,5 @@ def raise_for(problems: list[str], what: str) -> None:
         raise CheckFailed(
             f"{what}: {len(problems)} board-tool setting(s) the documentation does not allow:\n  "
             + "\n  ".join(problems),
-            hint="a torch2ms bug: add the flag with its documented values to package/vendor_flags.py, or fix the "
-            "writer",
+            hint="a torch2ms bug: add the flag with its documented values to bundle/vendor_flags.py, or fix the writer",
         )

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch2ms.bundle import lint
+from torch2ms.bundle.archive import BundleTampered, BundleUnreadable, safe_extract
+from torch2ms.bundle.build import FORMAT
 from torch2ms.compare import OutputMetrics, Tolerance, compare_outputs
 from torch2ms.errors import CheckFailed
-from torch2ms.package import lint
-from torch2ms.package.archive import BundleTampered, BundleUnreadable, safe_extract
-from torch2ms.package.build import FORMAT
 from torch2ms.pipeline.report import task_summary
 
 
@@ -89,7 +89,7 @@ def verify_bundle(archive: Path, log: Callable[[str], None] = print) -> Verified
         lint.raise_for(
             lint.lint_files({n: (root / n).read_bytes() for n in hashes if lint.board_file(n)}), str(archive)
         )
-        log("board-tool settings: every flag and key as documented (package/vendor_flags.py)")
+        log("board-tool settings: every flag and key as documented (bundle/vendor_flags.py)")
         if manifest["model"].get("task") == "text_generation":  # two graphs and the board's loop
             from torch2ms.generation.bundle import verify_generation
 

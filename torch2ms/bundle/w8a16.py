@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.bundle import precision
+from torch2ms.bundle.precision import Strategy
 from torch2ms.errors import RecipeError
-from torch2ms.package import precision
-from torch2ms.package.precision import Strategy
 
 GRAPHS = ("prefill", "decode")
 NOISE_DRAWS = 2  # seeded draws of int8-sized weight noise for the near-tie bound (noise_floor)
@@ -82,8 +82,8 @@ class W8A16Emulator:
     float and int8 (fake-quantized), and greedy decoding with them (see the module docstring)."""
 
     def __init__(self, run_root: Path, plan, reference, lm_head: bool = True):
+        from torch2ms.bundle.w8a16_cell import dense_layers, fake_quantized, gather_tables, layer_key
         from torch2ms.generation.check import _cell_runner
-        from torch2ms.package.w8a16_cell import dense_layers, fake_quantized, gather_tables, layer_key
         from torch2ms.runtime import msutil
 
         ms = msutil.mindspore()
@@ -147,7 +147,7 @@ class W8A16Emulator:
         every layer's weight is moved by an independent uniform draw within +-scale/2 per element
         (the size of int8's rounding, not its values), over ``draws`` seeded draws, teacher-forced on
         every batch; the weights are float again afterwards."""
-        from torch2ms.package.w8a16_cell import row_scales
+        from torch2ms.bundle.w8a16_cell import row_scales
 
         rng = np.random.default_rng(0)
         ref = np.concatenate([r.logits for r in batches(self.reference, self.plan.batch)])
@@ -262,7 +262,7 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
     written = {}
     for graph, cell in emu.cells.items():
         if int8:
-            from torch2ms.package.w8a16_cell import quantize_network, quantize_tables
+            from torch2ms.bundle.w8a16_cell import quantize_network, quantize_tables
 
             tables = set(emu.tables())
             quantize_network(cell, [n for n in int8 if n not in tables])
@@ -406,8 +406,8 @@ def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head:
 
 def plan_key(recipe, run_root: Path, lm_head: bool) -> str:
     """What decides the plan: both graphs' ONNX and fold networks, the reference, the gate, the code."""
+    from torch2ms.bundle import w8a16_cell
     from torch2ms.generation.check import REFERENCE
-    from torch2ms.package import w8a16_cell
     from torch2ms.pipeline.workspace import sha256_file
 
     root = Path(run_root)

@@ -3,7 +3,7 @@ CLI, the bundle's README and manifest use (the plan itself: ``w8a16.make_plan``)
 
 from __future__ import annotations
 
-from torch2ms.package.precision import SENSITIVITY_ROWS, fmt, more_rows
+from torch2ms.bundle.precision import SENSITIVITY_ROWS, fmt, more_rows
 from torch2ms.pipeline.markdown import table
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch2ms.bundle import aipp
 from torch2ms.errors import Torch2msError
-from torch2ms.package import aipp
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def converter_lite_cfg(
         context["output_type"] = "FP32"
     sections = {"ascend_context": context}
     if plan is not None and precision == "fp16":
-        from torch2ms.package.fp16 import converter_lite_settings
+        from torch2ms.bundle.fp16 import converter_lite_settings
 
         for section, keys in converter_lite_settings(plan).items():
             sections.setdefault(section, {}).update(keys)

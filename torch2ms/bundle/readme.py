@@ -7,7 +7,7 @@ from pathlib import Path
 from string import Template
 
 from torch2ms import __version__
-from torch2ms.package import board_onnx, targets
+from torch2ms.bundle import board_onnx, targets
 from torch2ms.pipeline.markdown import row
 from torch2ms.recipe import Recipe
 from torch2ms.runtime import mindir_layout
@@ -30,7 +30,7 @@ def readme(
     pre_text, aipp_note, aipp_howto = _input_text(recipe, manifest["preprocess"], is_image, size)
     post = manifest["postprocess"]
     if post["kind"] == "detection":
-        from torch2ms.package import detection
+        from torch2ms.bundle import detection
 
         pre_text, post_text = detection.readme_texts(manifest)
     else:

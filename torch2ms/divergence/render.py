@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch2ms.compare import OutputMetrics
-from torch2ms.pipeline.divergence.report import DiffReport
+from torch2ms.divergence.report import DiffReport
 from torch2ms.pipeline.markdown import cell, table
 
 

@@ -1,4 +1,4 @@
-"""The plan search (``package/search.py``): it finds the layers that matter without one emulation
+"""The plan search (``bundle/search.py``): it finds the layers that matter without one emulation
 per layer, and on a small case finds the same plan as measuring every layer alone.
 
 The model is a chain of ordinary layers (multiply, add: fp16 rounds each by ~5e-4 relative) with
@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torch2ms.package import fp16, search
-from torch2ms.package.emulate import Fp16Emulator
+from torch2ms.bundle import fp16, search
+from torch2ms.bundle.emulate import Fp16Emulator
 from torch2ms.recipe import Recipe
 
 LAYERS = 48

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch2ms import __version__
+from torch2ms.bundle import aipp, board_onnx, compat, fusion_switch, int8, lint, targets
+from torch2ms.bundle import fp16 as fp16_plan
+from torch2ms.bundle import readme as bundle_readme
+from torch2ms.bundle.readme import TEMPLATES
 from torch2ms.errors import CheckFailed, RecipeError, Torch2msError
-from torch2ms.package import aipp, board_onnx, compat, fusion_switch, int8, lint, targets
-from torch2ms.package import fp16 as fp16_plan
-from torch2ms.package import readme as bundle_readme
-from torch2ms.package.readme import TEMPLATES
 from torch2ms.pipeline.result import RunResult
 from torch2ms.pipeline.workspace import load_npz, sha256_file, split_reference
 from torch2ms.recipe import Recipe
@@ -192,7 +192,7 @@ def bundle_payload(result: RunResult, target_name: str, version: str, precision:
 
 def write_bundle(dest: Path, files: dict, manifest: dict, warnings: list[str], log: Callable[[str], None]) -> Packaged:
     """``files`` with ``manifest.json`` (its ``files`` table: every other file's sha256) as the archive ``dest``."""
-    from torch2ms.package.archive import write_archive
+    from torch2ms.bundle.archive import write_archive
 
     manifest["files"] = {
         name: (sha256_file(src) if isinstance(src, Path) else _sha(src)) for name, src in sorted(files.items())
@@ -284,7 +284,7 @@ def _preprocess_spec(recipe: Recipe, is_image: bool, size) -> dict:
         ),
     }
     if recipe.task == "detection":
-        from torch2ms.package import detection
+        from torch2ms.bundle import detection
 
         preprocess.update(detection.preprocess(recipe))
     return preprocess
@@ -388,7 +388,7 @@ def _manifest(recipe, version, target, precision, specs, records, report) -> dic
     ``specs``: (inputs, outputs, preprocess, tolerance)."""
     inputs, outputs, preprocess, tolerance = specs
     if recipe.task == "detection":
-        from torch2ms.package import detection
+        from torch2ms.bundle import detection
 
         postprocess = detection.manifest_postprocess(recipe, outputs, records)
     else:
@@ -431,7 +431,7 @@ def _add_detection_files(files: dict, recipe, manifest: dict) -> None:
     """A detection bundle's postprocessing files, and its section of compatibility.md."""
     if recipe.task != "detection":
         return
-    from torch2ms.package import detection
+    from torch2ms.bundle import detection
 
     files.update(detection.bundle_files())
     files["compatibility.md"] += ("\n" + detection.compat_markdown(manifest)).encode()

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.bounds import widen
+from torch2ms.bounds import LOCAL_SHARE, widen
 from torch2ms.compare import MetricsAccumulator, OutputMetrics, Tolerance
 
-# A node is wrong when its output, computed from onnxruntime's own inputs, leaves this share of
-# the tolerance: a correct float32 op differs by ~1e-7..1e-6 relative, and each injected fault
-# (tests/pipeline/test_fault_injection.py) by far more than 1e-5.
-LOCAL_SHARE = 0.1
 REPLAY_HOOK = "torch2ms_replay"  # no leading "__": the hook is called inside a class (name mangling)
 
 
@@ -49,7 +45,7 @@ class TensorDiff:
     problem: str = ""  # a shape mismatch or non-finite values, or the tolerance violations
     local: OutputMetrics | None = None  # computed from onnxruntime's inputs (the replay)
     local_problem: str = ""  # the local error's violation of LOCAL_SHARE x the tolerance
-    reference_off: str = ""  # onnxruntime off float64 where the statement is not (``pipeline.divergence.arbitration``)
+    reference_off: str = ""  # onnxruntime off float64 where the statement is not (``divergence.arbitration``)
     module: str | None = None  # modules layout: the PyTorch module path of the instance, and its class
     cls: str | None = None
 

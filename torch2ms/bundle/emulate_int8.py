@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.bundle.emulate import run_samples
 from torch2ms.graph.onnxrt import EMULATION, session
-from torch2ms.package.emulate import run_samples
 
 CUBE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 QMIN, QMAX = -128, 127

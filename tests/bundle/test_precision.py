@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from conftest import run_cli, write_recipe
 
+from torch2ms.bundle import fp16
+from torch2ms.bundle.emulate import Fp16Emulator
+from torch2ms.bundle.fp16_truth import true_fp16
 from torch2ms.compare import compare_arrays
 from torch2ms.errors import RecipeError
-from torch2ms.package import fp16
-from torch2ms.package.emulate import Fp16Emulator
-from torch2ms.package.fp16_truth import true_fp16
 from torch2ms.pipeline.workspace import load_npz, split_reference
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
@@ -149,7 +149,7 @@ def test_precision_command_prints_and_writes_the_plan(tmp_path, capsys, wide_con
 
 
 def test_bundle_carries_the_plan(tmp_path):
-    from torch2ms.package.build import build_bundle
+    from torch2ms.bundle.build import build_bundle
 
     recipe = load_recipe(fragile_recipe(tmp_path, "overflow"))
     result = pipeline_runner(recipe, log=lambda m: None).run()

@@ -43,11 +43,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from torch2ms.bundle import precision
+from torch2ms.bundle.emulate import Fp16Emulator, emulation_metrics, json_error
+from torch2ms.bundle.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
+from torch2ms.bundle.search import NEGLIGIBLE, SCREEN_SAMPLES
 from torch2ms.errors import RecipeError
-from torch2ms.package import precision
-from torch2ms.package.emulate import Fp16Emulator, emulation_metrics, json_error
-from torch2ms.package.precision import SENSITIVITY_ROWS, Strategy, fmt, more_rows, task_text
-from torch2ms.package.search import NEGLIGIBLE, SCREEN_SAMPLES
 from torch2ms.pipeline.markdown import table
 
 ASCEND_IR_TYPES = {
@@ -239,7 +239,7 @@ def plan_markdown(plan: dict, model: str, truth: dict | None = None) -> str:
     keeps them, the sensitivity table, and (``truth``) the emulation against true fp16."""
     lines = _md_runs(plan, model) + _md_kept(plan) + _md_sensitivity(plan)
     if truth:
-        from torch2ms.package.fp16_truth import truth_markdown
+        from torch2ms.bundle.fp16_truth import truth_markdown
 
         lines += ["", *truth_markdown(truth)]
     lines += [

@@ -13,6 +13,7 @@ from torch2ms.codegen.builder import CodeBuilder, GeneratedNetwork, class_name_f
 from torch2ms.converters.api import Unsupported
 from torch2ms.converters.registry import Problem, analyse, format_problems
 from torch2ms.errors import OnnxError, UnsupportedOpsError
+from torch2ms.graph.cache import onnx_graph
 from torch2ms.graph.ir import Graph
 from torch2ms.passes import Pass, fold_passes, fusion_counts, rebuild_passes, run_passes
 
@@ -110,7 +111,7 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
             raise BatchDependent(f"the inputs have different batch sizes ({[i.shape[0] for i in batched]})")
         second = None
         if seq is None or listed:  # a length profile alone keeps the batch static
-            second = ctx.onnx_graph(onnx_path, {i.name: other for i in batched})
+            second = onnx_graph(ctx, onnx_path, {i.name: other for i in batched})
             run_passes(second, passes)
             same_structure(graph, second, first, other)
         seq_graphs = []
@@ -119,14 +120,14 @@ def batch_variant(ctx, onnx_path: Path, graph: Graph, passes: list[Pass]) -> tup
         seq_other = None if seq is None else seq + 1 if seq < max(lengths) else seq - 1
         for b in ((first, other) if listed else (first,)) if seq is not None else ():
             where = f"at batch {b}, sequence length {seq_other}"
-            g = ctx.onnx_graph(onnx_path, {i.name: b for i in batched}, {i.name: seq_other for i in profiled})
+            g = onnx_graph(ctx, onnx_path, {i.name: b for i in batched}, {i.name: seq_other for i in profiled})
             run_passes(g, passes)
             same_structure(graph, g, first, b)
             seq_graphs.append(g)
         longest = None
         if seq is not None and max(lengths) > seq + 1:
             where = f"at sequence length {max(lengths)}"
-            longest = ctx.onnx_graph(onnx_path, seq={i.name: max(lengths) for i in profiled})
+            longest = onnx_graph(ctx, onnx_path, seq={i.name: max(lengths) for i in profiled})
             run_passes(longest, passes)
             same_structure(graph, longest, first, first)
     except (OnnxError, BatchDependent, Unsupported, ValueError) as err:  # a pass refusing the other shapes
@@ -162,7 +163,7 @@ def generate(ctx, onnx_path: Path, passes: list[Pass], sha: str | None = None):
     batch is static). ``sha``: the source hash the header names (default: ``onnx_path``'s)."""
     from torch2ms.pipeline.workspace import sha256_file
 
-    graph = ctx.onnx_graph(onnx_path)
+    graph = onnx_graph(ctx, onnx_path)
     fired = run_passes(graph, passes)
     batch, note = batch_variant(ctx, onnx_path, graph, passes)
     record = module_record(ctx)
@@ -214,7 +215,7 @@ def generate_network(ctx, out: Path, passes: list[Pass], tag: str):
     calls: list[float] = []
     outputs = msutil.run_cell(cell, inputs, names, calls)
     # what this network.py computes in PyNative on the reference inputs: a later stage's evidence
-    # compares its compiled outputs with them (``pipeline.evidence.for_compiled``) in this process
+    # compares its compiled outputs with them (``divergence.evidence.for_compiled``) in this process
     ctx.cache.setdefault(PYNATIVE_OUTPUTS, {})[tag] = outputs
     layers = net.layer_counts
     counts = {

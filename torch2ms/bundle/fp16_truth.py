@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch2ms.package.emulate import emulation_metrics, sig
+from torch2ms.bundle.emulate import emulation_metrics, sig
 from torch2ms.pipeline.markdown import table
 
 

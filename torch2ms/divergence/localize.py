@@ -12,17 +12,17 @@ import numpy as np
 
 from torch2ms.bounds import widen
 from torch2ms.compare import Tolerance
-from torch2ms.errors import Torch2msError
-from torch2ms.pipeline.divergence.arbitration import arbitrate
-from torch2ms.pipeline.divergence.probe import (
+from torch2ms.divergence.arbitration import arbitrate
+from torch2ms.divergence.probe import (
     _CellHook,
     _Stream,
     load_class_probe,
     load_probe,
     statement_lines,
 )
-from torch2ms.pipeline.divergence.references import _References
-from torch2ms.pipeline.divergence.report import LOCAL_SHARE, DiffReport, TensorDiff, _Accumulator
+from torch2ms.divergence.references import _References
+from torch2ms.divergence.report import LOCAL_SHARE, DiffReport, TensorDiff, _Accumulator
+from torch2ms.errors import Torch2msError
 
 
 def _plain(v):

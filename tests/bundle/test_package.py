@@ -16,9 +16,9 @@ import onnx
 import pytest
 from conftest import REPO, run_bundle_infer, run_cli, unpack_bundle, write_recipe
 
+from torch2ms.bundle.build import build_bundle, image_geometry
+from torch2ms.bundle.targets import aipp_cfg
 from torch2ms.errors import RecipeError
-from torch2ms.package.build import build_bundle, image_geometry
-from torch2ms.package.targets import aipp_cfg
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
 
@@ -220,7 +220,7 @@ def test_aipp_folds_mean_std_and_scale():
 
 
 def test_target_table_sets_the_soc_version():
-    from torch2ms.package.targets import atc_sh, converter_lite_sh, get_target
+    from torch2ms.bundle.targets import atc_sh, converter_lite_sh, get_target
 
     inputs = [{"name": "input", "shape": [1, 3, 224, 224]}]
     assert '--soc_version="$SOC"' in atc_sh(get_target("atlas-300i-pro"), "m", inputs, "fp16", True)
@@ -354,7 +354,7 @@ def test_package_and_verify_zoo_model(recipe_name, tmp_path, capsys):
 def test_the_lint_names_a_flag_the_table_lacks(tiny_bundle, tmp_path, monkeypatch, capsys, wide_console):
     """A writer that adds an undocumented flag fails ``package`` (exit 1, the file and the flag
     named, nothing written); ``verify`` names it in a bundle that carries it."""
-    from torch2ms.package import lint, targets
+    from torch2ms.bundle import lint, targets
 
     recipe, bundle = tiny_bundle
     assert lint.lint_files(_members(bundle)) == []
@@ -376,8 +376,8 @@ def test_the_lint_names_a_flag_the_table_lacks(tiny_bundle, tmp_path, monkeypatc
 
 
 def test_verify_runs_the_lint(tiny_bundle, tmp_path, capsys, wide_console):
-    from torch2ms.package.archive import write_archive
-    from torch2ms.package.verify import check_files
+    from torch2ms.bundle.archive import write_archive
+    from torch2ms.bundle.verify import check_files
 
     _, bundle = tiny_bundle
     files = _members(bundle)
@@ -406,8 +406,8 @@ def test_the_opset_11_onnx_is_checked_against_pytorch(tiny_bundle, tmp_path):
     shipped one passes, the same graph with one weight changed fails naming the output."""
     from onnx import numpy_helper
 
+    from torch2ms.bundle import board_onnx
     from torch2ms.errors import CheckFailed
-    from torch2ms.package import board_onnx
 
     _, bundle = tiny_bundle
     root = unpack_bundle(bundle, tmp_path / "b")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from torch2ms.codegen.locals import assignments
+from torch2ms.divergence.report import REPLAY_HOOK
 from torch2ms.errors import Torch2msError
-from torch2ms.pipeline.divergence.report import REPLAY_HOOK
 
 
 def _construct(source: str | ast.Module) -> ast.FunctionDef:
@@ -71,18 +72,6 @@ def replay_tree(source: str, variables: set[str]) -> ast.Module:
     tree = ast.parse(source)
     _hook_assignments(_construct(tree), lambda name: name in variables)
     return ast.fix_missing_locations(tree)
-
-
-def assignments(fn: ast.FunctionDef) -> list[tuple[str, ast.stmt | None]]:
-    """(name, statement) for each assignment of a name in ``construct``, in order: its arguments
-    first (statement None), then its top-level assignments. The k-th of one name is the k-th
-    assignment ``tensor_map.json``'s ``assign`` counts (``torch2ms.codegen.locals``) and the probe
-    hooks (``_hook_assignments``)."""
-    out: list[tuple[str, ast.stmt | None]] = [(a.arg, None) for a in fn.args.args[1:]]
-    for st in fn.body:
-        if isinstance(st, ast.Assign):
-            out += [(n.id, st) for t in st.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return out
 
 
 def _hook_assignments(fn: ast.FunctionDef, wanted, owner: str = "", numbered: bool = False) -> None:
@@ -187,7 +176,7 @@ class _Stream:
     def __init__(self, ms, compared: list[dict], acc: dict, replay: bool):
         self.ms, self.acc, self.replay = ms, acc, replay
         self.tensors: dict[str, list[str]] = {}
-        self.keep: set[str] = set()  # tensors whose computed value is kept (``pipeline.divergence.arbitration``)
+        self.keep: set[str] = set()  # tensors whose computed value is kept (``divergence.arbitration``)
         self.kept: dict[str, np.ndarray] = {}
         for e in compared:
             self.tensors.setdefault(entry_key(e), []).append(e["tensor"])

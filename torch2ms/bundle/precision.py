@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch2ms.bundle import search
+from torch2ms.bundle.emulate import json_error, sig
+from torch2ms.bundle.search import RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES, Verdict
 from torch2ms.errors import RecipeError
-from torch2ms.package import search
-from torch2ms.package.emulate import json_error, sig
-from torch2ms.package.search import RANK_BUDGET, RELEASE_BUDGET, SCREEN_SAMPLES, Verdict
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def plan_key(recipe, onnx_path, ref_path, strategy_file: str, **decides) -> str:
     import hashlib
     import json
 
-    from torch2ms.package import emulate, emulate_int8
+    from torch2ms.bundle import emulate, emulate_int8
     from torch2ms.pipeline.fingerprint import source_hash
     from torch2ms.pipeline.workspace import sha256_file
 

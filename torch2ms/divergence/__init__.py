@@ -29,8 +29,8 @@ may accept (``pipeline.runner``). haloregnetz_b: the end-to-end error crosses 1e
 BatchNormalization whose input already sat at 6.8e-5, while no node's local error exceeds 1.2e-6.
 """
 
-from torch2ms.pipeline.divergence.localize import localize
-from torch2ms.pipeline.divergence.probe import (
+from torch2ms.divergence.localize import localize
+from torch2ms.divergence.probe import (
     _CellHook,
     _Stream,
     load_class_probe,
@@ -38,9 +38,9 @@ from torch2ms.pipeline.divergence.probe import (
     probe_source,
     statement_lines,
 )
-from torch2ms.pipeline.divergence.references import _node_reads, _References, _segment_model
-from torch2ms.pipeline.divergence.render import render_markdown, render_text, write_diff
-from torch2ms.pipeline.divergence.report import LOCAL_SHARE, DiffReport, TensorDiff, _Accumulator
+from torch2ms.divergence.references import _node_reads, _References, _segment_model
+from torch2ms.divergence.render import render_markdown, render_text, write_diff
+from torch2ms.divergence.report import LOCAL_SHARE, DiffReport, TensorDiff, _Accumulator
 
 __all__ = [
     "LOCAL_SHARE",

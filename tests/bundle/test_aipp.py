@@ -1,4 +1,4 @@
-"""AIPP (torch2ms/package/aipp.py): the shipped aipp.cfg files, run through a numpy model of AIPP's
+"""AIPP (torch2ms/bundle/aipp.py): the shipped aipp.cfg files, run through a numpy model of AIPP's
 documented arithmetic on scikit-image's photos, reproduce the recipe's preprocessing within what
 fp16 (and the integer colour conversion) explains; a wrong channel order, a wrong mean and a
 missing 1/255 are each caught, by the check and by `package`; the YUV420SP path agrees with an RGB
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import write_recipe
 
+from torch2ms.bundle import aipp, targets
+from torch2ms.bundle.build import build_bundle
 from torch2ms.errors import CheckFailed
-from torch2ms.package import aipp, targets
-from torch2ms.package.build import build_bundle
 from torch2ms.recipe import load_recipe
 from torch2ms.stages import pipeline_runner
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from torch2ms.package.emulate import Fp16Emulator, fp16_emulation, json_error
+from torch2ms.bundle.emulate import Fp16Emulator, fp16_emulation, json_error
 from torch2ms.pipeline.markdown import table
 
 __all__ = ["Fp16Emulator"]  # its old home: the emulators live in emulate.py

@@ -1,6 +1,6 @@
 """Which side is wrong where diff's replay finds a statement off onnxruntime: the node in float64.
 
-The replay (``pipeline.divergence``) holds each statement of network.py to onnxruntime's value of
+The replay (``divergence``) holds each statement of network.py to onnxruntime's value of
 the same tensor, computed from the same inputs, and so takes onnxruntime's kernel as the accurate
 one. Where it is not, a right statement would be called wrong and the reference's own error blamed
 on the converted network: onnxruntime's CPU Sigmoid is a fast approximation, accurate to about 1e-7
@@ -26,8 +26,8 @@ from torch2ms.compare import Tolerance
 def arbitrate(model, stage_dir: Path, stage: str, compared: list[dict], samples, tensors, local_tol: Tolerance) -> None:
     """Clear the local problem of each statement of ``tensors`` (``TensorDiff``) that float64 shows
     right and onnxruntime off, recording ``reference_off`` on it."""
-    from torch2ms.pipeline.divergence.references import _References
-    from torch2ms.pipeline.divergence.report import _Accumulator
+    from torch2ms.divergence.references import _References
+    from torch2ms.divergence.report import _Accumulator
 
     suspects = [t for t in tensors if t.local_problem]
     if not suspects:
@@ -74,8 +74,8 @@ def _feeds(nodes, initializers: dict) -> list[str]:
 
 
 def _node_evaluator(model, nodes, feeds: list[str], output: str, initializers: dict, values: dict):
+    from torch2ms.divergence.references import _node_reads, _segment_model
     from torch2ms.export import float64
-    from torch2ms.pipeline.divergence.references import _node_reads, _segment_model
 
     reads = [_node_reads(n) for n in nodes]
     return float64.wide_evaluator(_segment_model(model, nodes, reads, feeds, [output], initializers, values))
@@ -84,8 +84,8 @@ def _node_evaluator(model, nodes, feeds: list[str], output: str, initializers: d
 def _replayed_values(stage_dir: Path, stage: str, compared: list[dict], ref, sample, keep: set[str]) -> dict:
     """The replay pass over one sample (every statement from onnxruntime's inputs), keeping the
     generated code's values of the tensors ``keep``."""
-    from torch2ms.pipeline.divergence.probe import _CellHook, _Stream, load_class_probe, load_probe
-    from torch2ms.pipeline.divergence.report import _Accumulator
+    from torch2ms.divergence.probe import _CellHook, _Stream, load_class_probe, load_probe
+    from torch2ms.divergence.report import _Accumulator
     from torch2ms.runtime import msutil
 
     ms = msutil.mindspore()

@@ -1,2 +1,0 @@
-"""Tests of deployment bundles and precision plans (``torch2ms.package``); a package, so that its
-modules' names do not shadow the other tests'."""
