@@ -242,3 +242,30 @@ equal free-running, {section["teacher_forced_equal"]} teacher-forced, {len(secti
 (`{section["plan"]}`, `precision/w8a16_plan.md`). The ONNX models and their ATC scripts are float
 (fp32): the int8 weights are in the MindIRs (MindSpore, converter_lite).
 """
+
+
+def verify_generation(archive: Path, root: Path, manifest: dict, log: Callable) -> dict:
+    """The unpacked bundle ``root``'s own ``infer.py`` loop (imported from it, as the board runs it)
+    on the recorded prompts of ``SAMPLES``: ``CheckFailed`` naming the first step and row whose token
+    is not transformers'; else the counts."""
+    import importlib.util
+
+    from torch2ms.errors import CheckFailed
+    from torch2ms.runtime import msutil
+
+    spec = importlib.util.spec_from_file_location("torch2ms_bundle_generate", root / "infer.py")
+    board = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(board)
+    prompts, tokens, _ = board.recorded()
+    try:
+        problem = board.self_check(board.load_models(manifest, "cpu"), manifest)
+    finally:
+        ms = msutil.mindspore()
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    if problem:
+        raise CheckFailed(
+            f"{archive}: the bundle's generation is not transformers' on {SAMPLES}: {problem}",
+            hint="the graphs or the recorded tokens changed since packaging; package again from a passing run",
+        )
+    log(f"generation: {tokens.size}/{tokens.size} tokens of {len(prompts)} prompts are transformers'")
+    return {"prompts": len(prompts), "tokens": int(tokens.size), "gears": manifest["generation"]["prompt_gears"]}
