@@ -32,6 +32,9 @@ def for_compiled(ctx, stage, needed: list[str], outputs) -> dict:
     return {**evidence, "pynative_rel_error": max(m.rel_error for m in same), "pynative_ran": ran}
 
 
+_RAN = "pynative_ran"  # where a PYNATIVE_OUTPUTS entry was computed, when not by its own stage's check
+
+
 def pynative_outputs(ctx, src, names: list[str], tag: str) -> tuple[list[dict], str]:
     """``src``'s network.py in PyNative on the reference inputs, and where that ran: its own stage's
     check in this process when it ran (a second network beside the compiled graph was compile's peak
@@ -41,7 +44,7 @@ def pynative_outputs(ctx, src, names: list[str], tag: str) -> tuple[list[dict], 
 
     pynative = ctx.cache.get(PYNATIVE_OUTPUTS, {}).get(src.name)
     if pynative is not None:
-        return pynative, f"{src.name}'s check, this run"
+        return pynative, ctx.cache.get(_RAN, {}).get(src.name, f"{src.name}'s check, this run")
     ms = msutil.mindspore()
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -52,6 +55,7 @@ def pynative_outputs(ctx, src, names: list[str], tag: str) -> tuple[list[dict], 
     finally:
         ms.set_context(mode=mode)
     ctx.cache.setdefault(PYNATIVE_OUTPUTS, {})[src.name] = pynative
+    ctx.cache.setdefault(_RAN, {})[src.name] = "here"
     return pynative, "here"
 
 
