@@ -296,12 +296,18 @@ class VariantCheck:
     @classmethod
     def for_stage(cls, ctx, src, names: list[str]):
         """The check for the compile stage of ``ctx``'s run (None where the runner gives no bound);
-        ``source`` is computed only where a bound reaches past the ceiling."""
+        ``source`` is computed only where there are variants to choose from (``auto``) and a bound
+        reaches past the ceiling: a single variant is kept whatever the check says, and the verdict's
+        evidence runs the source itself when it needs it."""
         tol = ctx.tolerance
         if tol is None:
             return None
-        past = tol.ceiling is not None and any(
-            tol.bound(n)["rel_error"] > tol.ceiling[0] or tol.bound(n)["cosine"] < tol.ceiling[1] for n in names
+        past = (
+            ctx.recipe.compile.graph_kernel == "auto"
+            and tol.ceiling is not None
+            and any(
+                tol.bound(n)["rel_error"] > tol.ceiling[0] or tol.bound(n)["cosine"] < tol.ceiling[1] for n in names
+            )
         )
         source = evidence.pynative_outputs(ctx, src, names, "compile_evidence")[0] if past else None
         same = Tolerance(ctx.recipe.check.rel_error, ctx.recipe.check.cosine)
