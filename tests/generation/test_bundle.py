@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from tests.generation.tiny import REPO, recipe_file
@@ -201,9 +202,17 @@ def test_a_w8a16_bundle_carries_int8_mindirs_that_verify_and_generate(converted_
         int8 = {n for n, (t, _) in params.items() if t == "INT8"}
         assert len(int8) == len(section["int8"]) == plan["layers"] - len(plan["keep_float"]), (graph, int8)
         assert any(n.replace(".", "_").endswith("embed_tokens_weight") for n in int8), int8
+        # the ONNX models ATC compiles hold the same int8 weights, and generate transformers' tokens
+        for onnx_file in (folder / graph / "model").glob("*.onnx"):
+            inits = onnx.load(str(onnx_file)).graph.initializer
+            assert sum(t.data_type == onnx.TensorProto.INT8 for t in inits) == len(section["int8"]), onnx_file
+    for kind, checked in section["onnx"]["generation"].items():
+        assert checked["tokens_equal"] == section["tokens_equal"], kind
     fp32 = build_generation_bundle(results, recipe, tmp_path / "fp32", "atlas-200i-dk-a2", None, "fp32", print)
-    mindirs = {k: v for k, v in done.sizes.items() if k.endswith(".mindir")}
-    assert sum(mindirs.values()) < 0.75 * sum(v for k, v in fp32.sizes.items() if k.endswith(".mindir"))
+    for suffix in (".mindir", ".onnx"):
+        w8, full = (sum(v for k, v in b.sizes.items() if k.endswith(suffix)) for b in (done, fp32))
+        assert w8 < 0.75 * full, suffix
+    assert done.path.stat().st_size < 0.75 * fp32.path.stat().st_size
     verified = verify_bundle(done.path, log=lambda m: None)
     assert (
         verified.generation["tokens"]

@@ -17,11 +17,12 @@ prompt gear, so its ``atc.sh`` carries ``--dynamic_dims`` with one profile per g
 
 ``--precision w8a16``: the graphs packaged as fp32, their MindIRs then replaced by the W8A16 plan's
 (``bundle.w8a16``: Linear weights and token embeddings int8 per row, the layers that break
-generation kept float; reloaded and checked as generation), with ``precision/w8a16_plan.json`` and
-``.md`` and a ``w8a16`` section in the manifest. The ONNX and the board scripts that compile it
-(ATC) stay float: the int8 weights are in the MindIRs (MindSpore, converter_lite). Refused, nothing
-written, when the plan's reloaded MindIRs do not generate transformers' tokens free-running (the
-bundle's ``verify`` and ``infer.py --self-check`` hold it to them).
+generation kept float; reloaded and checked as generation), and the ONNX models by ones holding the
+same int8 weights (``bundle.w8a16_onnx``: Cast and Mul before their readers; checked generating on
+onnxruntime), with ``precision/w8a16_plan.json`` and ``.md`` and a ``w8a16`` section in the
+manifest. The board scripts (ATC) run at fp32. Refused, nothing written, when the plan's reloaded
+MindIRs or the int8 ONNX models do not generate transformers' tokens free-running (the bundle's
+``verify`` and ``infer.py --self-check`` hold it to them).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, v
             files.update(mindir_layout.bundle_entries(w8["folder"] / graph, prefix=f"{graph}/model"))
         graphs[graph] = manifest
         warnings += [f"{graph}: {note}" for note in notes]
+    if w8:
+        w8["onnx"] = _w8a16_onnx(files, w8, run_root, log)
     plan = read_plan(run_root)
     files[SAMPLES] = _samples(plan, run_root / "generation")
     files["infer.py"] = (build.TEMPLATES / "generate.py").read_bytes()
@@ -86,7 +89,7 @@ def build_generation_bundle(results: dict, recipe, out_dir: Path, target: str, v
     if w8:
         files.update(w8["files"])
         manifest["target"]["precision"] = {graph: f"{W8A16} (board scripts: fp32)" for graph in GRAPHS}
-        manifest[W8A16] = _w8a16_section(w8["plan"])
+        manifest[W8A16] = {**_w8a16_section(w8["plan"]), "onnx": w8["onnx"]}
     files["README.md"] = _readme(recipe.name, version, manifest).encode()
     return build.write_bundle(out_dir / f"{recipe.name}-{version}.tar.gz", files, manifest, warnings, log)
 
@@ -118,6 +121,49 @@ def _w8a16_plan(recipe, run_root: Path, log: Callable) -> dict:
     markdown = w8a16_report.plan_markdown(plan, recipe.name).encode()
     files = {"precision/w8a16_plan.json": paths["plan"], "precision/w8a16_plan.md": markdown}
     return {"folder": folder, "plan": plan, "files": files}
+
+
+def _w8a16_onnx(files: dict, w8: dict, run_root: Path, log: Callable) -> dict:
+    """The graphs' ONNX models in ``files`` (model.onnx and the board's) replaced by ones holding the
+    plan's int8 weights (``bundle.w8a16_onnx``, written under the plan's folder), then checked generating
+    on onnxruntime against transformers as the plan's MindIRs are: each graph's model.onnx, and each
+    graph's board ONNX where one is packaged. ``CheckFailed`` on a differing token; returns the
+    manifest's record (the layers int8 in each file, the bytes, the agreement)."""
+    from torch2ms.bundle import w8a16, w8a16_onnx
+    from torch2ms.bundle.board_onnx import NAME as BOARD
+    from torch2ms.errors import CheckFailed
+
+    plan = w8["plan"]
+    setup, reference = w8a16.generation_setup(run_root)
+    record: dict = {"files": {}, "generation": {}}
+    for graph in GRAPHS:
+        fold = run_root / graph / "fold" / "network.ckpt"
+        weights = w8a16_onnx.layer_weights(fold, plan["int8"], set(plan["embedding"]))
+        for name in sorted(k for k in files if k.startswith(f"{graph}/model/") and k.endswith(".onnx")):
+            dest = w8["folder"] / "onnx" / graph / Path(name).name
+            figures = w8a16_onnx.quantize_onnx(Path(files[name]), dest, weights)
+            files[name] = dest
+            record["files"][name] = {
+                "int8_layers": len(figures["layers"]),
+                "float_layers": sorted(set(plan["int8"]) - set(figures["layers"])),
+                "bytes": {"fp32": figures["float_bytes"], "w8a16": figures["int8_bytes"]},
+            }
+    models = {g: files[f"{g}/model/model.onnx"] for g in GRAPHS}
+    boards = {g: files.get(f"{g}/model/{BOARD}", models[g]) for g in GRAPHS}
+    for kind, paths in (("model.onnx", models), ("board", boards)):
+        if kind == "board" and paths == models:
+            continue
+        log(f"w8a16: the int8 ONNX models ({kind}) generating on onnxruntime")
+        violations, checked = w8a16_onnx.check_onnx(paths, setup, reference, plan["near_tie"]["bound"])
+        if violations:
+            raise CheckFailed(
+                f"--precision w8a16: the int8 ONNX models ({', '.join(str(p) for p in paths.values())}) do not "
+                f"generate transformers' tokens on onnxruntime: {'; '.join(violations)}",
+                hint="the MindIRs of the plan passed: package fp32, or report the model (the ONNX rewrite is "
+                "torch2ms.bundle.w8a16_onnx)",
+            )
+        record["generation"][kind] = {k: checked[k] for k in ("tokens_equal", "teacher_forced_equal", "near_ties")}
+    return record
 
 
 def _w8a16_section(plan: dict) -> dict:
@@ -239,8 +285,21 @@ The MindIRs hold {len(section["int8"])} of their {layers} Linear weights and gat
 Activations stay float32. Both MindIRs: {b["w8a16"]:,} bytes against fp32's {b["fp32"]:,}
 ({section["ratio"]:.3f}x). Reloaded and checked against transformers: {section["tokens_equal"]} tokens
 equal free-running, {section["teacher_forced_equal"]} teacher-forced, {len(section["near_ties"])} near-ties
-(`{section["plan"]}`, `precision/w8a16_plan.md`). The ONNX models and their ATC scripts are float
-(fp32): the int8 weights are in the MindIRs (MindSpore, converter_lite).
+(`{section["plan"]}`, `precision/w8a16_plan.md`).
+{_w8a16_onnx_readme(section.get("onnx"))}"""
+
+
+def _w8a16_onnx_readme(onnx: dict | None) -> str:
+    if not onnx:
+        return ""
+    checked = "; ".join(
+        f"{kind}: {g['tokens_equal']} tokens equal free-running, {g['teacher_forced_equal']} teacher-forced"
+        for kind, g in onnx["generation"].items()
+    )
+    return f"""
+The ONNX models (`*/model/*.onnx`, what `atc.sh` compiles) hold the same int8 weights, each dequantized
+by a Cast to float and a Mul by its scales before the MatMul or Gather that reads it; the ATC scripts
+run at fp32. On onnxruntime against transformers: {checked}.
 """
 
 
