@@ -76,13 +76,13 @@ def _bench_generation(r, recipe_path: Path, out: Path | None, runs: int, warmup:
     """``generation.bench`` on a converted generation recipe: bench.json and bench.md in its generation folder."""
     import json
 
-    from torch2ms.generation.bench import RUNNERS, markdown, measure, peak_memory
+    from torch2ms.generation.bench import RUNNERS, markdown, measure
 
     root = Path(out or r.output) / r.name
-    result = measure(r, root, RUNNERS, runs, warmup)
-    if memory:
+    result = measure(r, recipe_path, out, RUNNERS, runs, warmup)
+    if not memory:
         for key in RUNNERS:
-            result[key]["peak_rss_mb"] = peak_memory(recipe_path, out, key)
+            result[key].pop("peak_rss_mb")
     folder = root / "generation"
     (folder / "bench.json").write_text(json.dumps(result, indent=2))
     text = markdown(r, result)

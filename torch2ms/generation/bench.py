@@ -11,10 +11,13 @@ Runners (``RUNNERS``), on the recipe's first batch of prompts, ``max_new_tokens`
 * ``mindir``: the mindir stage's reloaded ``network.mindir``.
 
 For the graphs, the prefill is one prefill call and the decode rate the batch over the median decode
-step. The timed rounds interleave the runners (each round runs every runner once), after ``warmup``
-rounds; the figures are medians over rounds, wall time and the process's CPU time. Peak memory: each
-runner alone in a process of its own (``python -m torch2ms.generation.bench``), its VmHWM after two
-rounds (``runtime.memory``), so that one runner's allocations do not count for another.
+step. Each runner runs in a process of its own (``python -m torch2ms.generation.bench``, a worker
+that times one round each time it is asked), as it would on the board: in one process, PyTorch's
+generate slows the MindSpore decode that runs after it (the measurement is in
+benchmarks/results/generation_bench.md). The timed rounds still interleave the runners (each round
+asks every worker once, one after the other), after ``warmup`` rounds; the figures are medians over
+rounds, wall time and the worker's CPU time. Peak memory: each worker's VmHWM after its rounds
+(``runtime.memory``), one runner's allocations never counted for another.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,30 +118,87 @@ class _Round:
         return np.stack([took[1], (took[self.plan.max_new_tokens] - took[1]) / steps])
 
 
-def measure(recipe, root: Path, keys=RUNNERS, runs: int = 10, warmup: int = 2) -> dict:
-    """Per runner: prefill ms and decode tokens/s (wall and CPU), medians of ``runs`` interleaved rounds."""
-    one_round = _Round(recipe, root, keys)
-    for _ in range(warmup):
-        one_round()
-    rounds = [one_round() for _ in range(runs)]
-    batch = len(one_round.prompts)
+MARK = "torch2ms-bench "  # a worker's answer line; anything else on its stdout is a library's output
+
+
+class _Worker:
+    """One runner in a process of its own (``_serve``): ``round()`` times one round in it."""
+
+    def __init__(self, recipe_path: Path, out_root: Path | None, key: str):
+        from torch2ms.bench.core import _child_env
+
+        cmd = [sys.executable, "-m", "torch2ms.generation.bench", str(recipe_path), str(out_root or ""), key]
+        self.key = key
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_child_env()
+        )
+
+    def ask(self, what: str):
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+        self.proc.wait()
+        self.stderr.seek(0)
+        tail = [ln for ln in self.stderr.read().splitlines() if ln.strip()][-3:]
+        raise RuntimeError(
+            f"the bench worker of {self.key} exited ({self.proc.returncode}) before answering {what!r}: "
+            + " | ".join(tail)
+        )
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.stderr.close()
+
+
+def measure(recipe, recipe_path: Path, out_root: Path | None, keys=RUNNERS, runs: int = 10, warmup: int = 2) -> dict:
+    """Per runner: prefill ms and decode tokens/s (wall and CPU), medians of ``runs`` interleaved
+    rounds, and its process's peak RSS (see the module docstring)."""
+    workers = [_Worker(recipe_path, out_root, k) for k in keys]
+    try:
+        for _ in range(warmup):
+            for w in workers:
+                w.ask("round")
+        rounds = [{w.key: np.array(w.ask("round")) for w in workers} for _ in range(runs)]
+        peaks = {w.key: w.ask("peak") for w in workers}
+    finally:
+        for w in workers:
+            w.close()
+    plan = read_plan(Path(out_root or recipe.output) / recipe.name)
+    batch = len(plan.prompts[: plan.batch])  # the first batch, as _Round runs it
     out = {}
     for key in keys:
         med = np.median(np.stack([r[key] for r in rounds]), axis=0)  # [prefill, step] x [wall, cpu]
         out[key] = {
             "prefill_ms": [round(1e3 * float(v), 3) for v in med[0]],
             "decode_tokens_per_s": [round(batch / float(v), 1) for v in med[1]],
+            "peak_rss_mb": peaks[key],
         }
     return out
 
 
-def peak_memory(recipe_path: Path, out_root: Path | None, key: str) -> float:
-    """The peak RSS in MB of ``key`` alone in a process of its own (see the module docstring)."""
-    cmd = [sys.executable, "-m", "torch2ms.generation.bench", str(recipe_path), str(out_root or ""), key]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {key} memory run failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+def _serve(recipe_path: str, out_root: str, key: str) -> None:
+    """``python -m torch2ms.generation.bench RECIPE OUT_ROOT KEY``: the runner ``key`` built once, then
+    per line of stdin, "round": one timed round (``[[prefill wall, cpu], [step wall, cpu]]``), "peak":
+    this process's peak RSS in MB; answers on stdout after ``MARK``."""
+    from torch2ms.runtime.cpu import configure_cpu
+
+    configure_cpu()  # the parent's ISA cap and thread budget came with its environment
+    from torch2ms.recipe import load_recipe
+    from torch2ms.runtime.memory import process_peak_rss_mb
+
+    recipe = load_recipe(recipe_path)
+    one_round = _Round(recipe, Path(out_root or recipe.output) / recipe.name, (key,))
+    for line in sys.stdin:
+        if line.strip() == "round":
+            answer = one_round()[key].tolist()
+        else:
+            answer = round(process_peak_rss_mb(), 1)
+        print(MARK + json.dumps(answer), flush=True)
 
 
 def markdown(recipe, result: dict) -> str:
@@ -166,16 +227,5 @@ def _ratio(v: dict, base: dict | None) -> str:
     return " / ".join(f"{a / b:.2f}x" for a, b in zip(v["decode_tokens_per_s"], base["decode_tokens_per_s"]))
 
 
-def _child(recipe_path: str, out_root: str, key: str) -> None:
-    """``python -m torch2ms.generation.bench RECIPE OUT_ROOT KEY``: two rounds of one runner, then its peak."""
-    from torch2ms.recipe import load_recipe
-    from torch2ms.runtime.memory import process_peak_rss_mb
-
-    recipe = load_recipe(recipe_path)
-    root = Path(out_root or recipe.output) / recipe.name
-    measure(recipe, root, (key,), runs=2, warmup=0)
-    print(json.dumps({"peak_rss_mb": round(process_peak_rss_mb(), 1)}))
-
-
 if __name__ == "__main__":
-    _child(*sys.argv[1:4])
+    _serve(*sys.argv[1:4])
