@@ -356,3 +356,31 @@ def test_named_sequential_is_an_ordered_sequentialcell_in_graph_mode(tmp_path):
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-5)
+
+
+class _Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        return self.proj(x) + cache
+
+
+class _Stacked(nn.Module):
+    """A decode step's shape: a stacked cache read layer by layer, the layers' outputs stacked again."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([_Layer() for _ in range(3)])
+
+    def forward(self, x):
+        outs = [layer(x[i], x[i] * 0.5) for i, layer in enumerate(self.layers)]
+        return torch.stack(outs, 0)
+
+
+def test_a_stacked_tensor_read_position_by_position_is_one_unstack_and_one_stack(tmp_path):
+    net, _ = check(tmp_path, _randomize(_Stacked()), (3, 2, 4))
+    root = ast.unparse(classes_of(net.source)["Net"])
+    assert "x_0, x_1, x_2 = ops.unstack(x, axis=0)" in root, root
+    assert "ops.stack((" in root and "ops.concat" not in root and "x[" not in root

@@ -324,6 +324,13 @@ class Bodies:
 
         return PRIMITIVE.sub(hoist, expr)
 
+    def _parts_of(self, d: _Draft, node) -> str | None:
+        """The local name an Unstack's parts are named after: its input's (``keys_0``, ``keys_1``)."""
+        if node.op_type != "Unstack" or node.domain != "torch2ms":
+            return None
+        var = self.b.var(node.inputs[0])
+        return d.local.get(var, var)
+
     def _statement(self, d: _Draft, i: int, hint: str | None, role: str | None = None) -> None:
         """``targets = expr`` for statement ``i``, named after ``role`` (the PyTorch forward's name),
         else ``hint`` (the module), else its op."""
@@ -338,7 +345,7 @@ class Bodies:
                 d.loc.alias(live[0], toks[0].string)
                 d.entries.append((i, [toks[0].string], [d.loc.current(toks[0].string)]))
                 return
-        base = hint or snake(st.node.op_type)
+        base = hint or self._parts_of(d, st.node) or snake(st.node.op_type)
         one = len(st.targets) == 1
         targets = [
             "_"

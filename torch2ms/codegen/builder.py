@@ -120,6 +120,8 @@ class CodeBuilder:
     def var_for(self, node: Node, emitter: Emitter, j: int) -> str:
         if emitter.layer_name and j == 0:
             hint = emitter.layer_name
+        elif node.op_type == "Unstack" and node.domain == "torch2ms":
+            hint = self.var(node.inputs[0])  # the parts of ``keys`` are ``keys_0``, ``keys_1``, ...
         else:
             path, op = self._hint(node), snake(node.op_type)
             # "/layer1/layer1.0/relu_2/Relu" is the 3rd call of module `relu`: don't repeat the op.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torch2ms.codegen.pieces import tokens
-from torch2ms.graph.names import module_path
+from torch2ms.graph.names import node_module
 
 if TYPE_CHECKING:
     from torch2ms.codegen.bodies import Body
@@ -87,14 +87,8 @@ class Scopes:
 
     # --- the tree ---
     def scope_path(self, node) -> list[str]:
-        """The module path of a node, from its TorchScript-style name, else (dynamo) from the
-        exporter's metadata for the first ONNX node it stands for."""
-        if node.name.startswith("/"):
-            path = module_path(node.name)
-            return ".".join(path).split(".") if path else []
-        scopes = self.b.graph.scopes
-        scope = next((scopes[o] for o in node.origin if o in scopes), "")
-        return scope.split(".") if scope else []
+        """The module path of a node (``graph.names.node_module``)."""
+        return node_module(node, self.b.graph.scopes)
 
     def tree(self) -> Scope:
         root = Scope("", "", "", None)

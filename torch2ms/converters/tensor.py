@@ -174,6 +174,21 @@ def split(em, *, axis=0, split=None, num_outputs=None):
     return f"ops.split({em.x(0)}, {tuple(sizes)!r}, axis={axis})"
 
 
+@converter("Unstack", domain="torch2ms")
+def unstack(em, *, axis=0):
+    """torch2ms.Unstack(input) -> outputs...: every position of ``axis``, that axis dropped (the Gathers
+    passes/stacking.py merged)"""
+    return f"ops.unstack({em.x(0)}, axis={int(axis)})"
+
+
+@converter("Stack", domain="torch2ms")
+def stack(em, *, axis=0):
+    """torch2ms.Stack(inputs...) -> output: the inputs along a new ``axis`` (the Unsqueezes and Concat
+    passes/stacking.py merged)"""
+    parts = ", ".join(em.x(i) for i in range(len(em.node.inputs)))
+    return f"ops.stack(({parts}), axis={int(axis)})"
+
+
 def _index_expr(x: str, per_axis: dict[int, str]) -> str:
     last = max(per_axis)
     items = [per_axis.get(a, ":") for a in range(last + 1)]

@@ -34,6 +34,17 @@ def module_path(node_name: str) -> list[str]:
     return merged
 
 
+def node_module(node, scopes: dict[str, str]) -> list[str]:
+    """The module path of an IR node: from its TorchScript-style name, else (dynamo) from the
+    exporter's metadata (``scopes``, ONNX node name -> module path) for the first ONNX node it
+    stands for."""
+    if node.name.startswith("/"):
+        path = module_path(node.name)
+        return ".".join(path).split(".") if path else []
+    scope = next((scopes[o] for o in node.origin if o in scopes), "")
+    return scope.split(".") if scope else []
+
+
 def snake(text: str) -> str:
     text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
     text = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_").lower()

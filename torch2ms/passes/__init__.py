@@ -31,6 +31,7 @@ from torch2ms.passes.fuse_conv_bn_act import FuseConvBnAct
 from torch2ms.passes.fuse_dense import FuseDenseBnAct
 from torch2ms.passes.matmul_linear import MatMulToLinear
 from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, FuseRMSNorm, norm_passes
+from torch2ms.passes.stacking import GathersToUnstack, UnsqueezesToStack
 
 
 def rebuild_passes(fuse_conv_bn_act: bool = True, *, fold: bool = False) -> list[Pass]:
@@ -43,7 +44,8 @@ def rebuild_passes(fuse_conv_bn_act: bool = True, *, fold: bool = False) -> list
     fusions = [FuseConvBnAct(formulas), FuseDenseBnAct(formulas)] if fuse_conv_bn_act else []
     affine = [FoldConvAffine()] if fold else []
     folds = [FoldBatchNorm()] if fold else []
-    return [EliminateIdentity(), MatMulToLinear(), *formulas, *norm_passes(), *affine, *fusions, *folds]
+    cleanup = [EliminateIdentity(), GathersToUnstack(), UnsqueezesToStack(), MatMulToLinear()]
+    return [*cleanup, *formulas, *norm_passes(), *affine, *fusions, *folds]
 
 
 def fold_passes(fuse_conv_bn_act: bool = True) -> list[Pass]:
@@ -55,6 +57,8 @@ __all__ = [
     "FormulaPattern",
     "run_passes",
     "EliminateIdentity",
+    "GathersToUnstack",
+    "UnsqueezesToStack",
     "FuseHardSigmoid",
     "FuseHardSwish",
     "FuseSilu",
