@@ -193,6 +193,57 @@ def test_unsqueeze_runtime_axes_refused():
     )
 
 
+_ONNX_TYPE = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
+
+
+def _graph_model(nodes, inputs, outputs, dtype, inits=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, _ONNX_TYPE[dtype], list(s)) for n, s in inputs],
+        [helper.make_tensor_value_info(n, _ONNX_TYPE[dtype], None) for n in outputs],
+        list(inits),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _values(shape, dtype, seed):
+    return (rand(*shape, seed=seed, low=-3, high=3)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_stack(axis, dtype, tmp_path):
+    """torch2ms.Stack, what passes/stacking.py makes of torch.stack's Unsqueezes and Concat."""
+    from torch2ms.passes import UnsqueezesToStack
+
+    nodes = [helper.make_node("Unsqueeze", [f"x{k}", "axes"], [f"u{k}"], name=f"/Unsqueeze_{k}") for k in range(3)]
+    nodes.append(helper.make_node("Concat", ["u0", "u1", "u2"], ["y"], name="/Concat", axis=axis))
+    inits = [helper.make_tensor("axes", TensorProto.INT64, [1], [axis])]
+    model = _graph_model(nodes, [(f"x{k}", (2, 3)) for k in range(3)], ["y"], dtype, inits)
+    feeds = {f"x{k}": _values((2, 3), dtype, seed=k) for k in range(3)}
+    source, _ = check_model(model, feeds, tmp_path, passes=[UnsqueezesToStack()], expect_nodes=["Stack"])
+    assert f"axis={axis % 3}" in source
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("axis, shape", [(0, (3, 2, 4)), (1, (2, 3)), (-1, (2, 4, 2))])
+def test_unstack(axis, shape, dtype, tmp_path):
+    """torch2ms.Unstack, what passes/stacking.py makes of one Gather per position of an axis."""
+    from torch2ms.passes import GathersToUnstack
+
+    n = shape[axis]
+    nodes = [helper.make_node("Gather", ["x", f"i{k}"], [f"y{k}"], name=f"/Gather_{k}", axis=axis) for k in range(n)]
+    inits = [helper.make_tensor(f"i{k}", TensorProto.INT64, [], [k]) for k in range(n)]
+    model = _graph_model(nodes, [("x", shape)], [f"y{k}" for k in range(n)], dtype, inits)
+    source, _ = check_model(
+        model, {"x": _values(shape, dtype, seed=4)}, tmp_path, passes=[GathersToUnstack()], expect_nodes=["Unstack"]
+    )
+    assert f"ops.unstack(x, axis={axis % len(shape)})" in source
+
+
 CASTS = {
     "float_to_int64": (rand(3, 4, low=-5, high=5), 7),
     "float_to_int32": (rand(3, 4, low=-5, high=5), 6),
