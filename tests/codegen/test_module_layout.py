@@ -384,3 +384,33 @@ def test_a_stacked_tensor_read_position_by_position_is_one_unstack_and_one_stack
     root = ast.unparse(classes_of(net.source)["Net"])
     assert "x_0, x_1, x_2 = ops.unstack(x, axis=0)" in root, root
     assert "ops.stack((" in root and "ops.concat" not in root and "x[" not in root
+
+
+class _Norm(nn.Module):
+    """Qwen2RMSNorm's shape: the input upcast (a no-op on float32), then scaled."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(4) + 0.5)
+
+    def forward(self, x):
+        x = x.to(torch.float32)
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.fc1, self.norm2, self.fc2 = _Norm(), nn.Linear(4, 4), _Norm(), nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = x + self.fc1(self.norm1(x))
+        return x + self.fc2(self.norm2(x))
+
+
+def test_a_module_does_not_return_its_input_under_another_name(tmp_path):
+    net, _ = check(tmp_path, _randomize(_Residual()), (2, 4))
+    classes = classes_of(net.source)
+    assert "Norm2" not in classes, "one class for both norms"
+    returns = [n for n in ast.walk(classes["Norm"]) if isinstance(n, ast.Return)]
+    assert all(not isinstance(r.value, ast.Tuple) for r in returns), net.source

@@ -202,6 +202,8 @@ class Bodies:
         call_args = [d.local[v] for v in cin] + (["batch"] if self.sc.batch_arg(u) else [])
         d.loc.reading(cin)
         hint = re.sub(r"\W+", "_", access[5:]).strip("_")
+        for v, src in self.sc.passthroughs(u.members):  # the child's input under its own name: ours,
+            d.loc.alias(v, d.local[src])  # held before the call's results take a name
         role = d.loc.children.get(u.attr) if len(cout) == 1 else None
         targets = [
             d.loc.bind(v, role, role=True) if role else d.loc.bind(v, hint if len(cout) == 1 else f"{hint}_{j}")

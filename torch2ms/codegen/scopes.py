@@ -63,6 +63,12 @@ class Scopes:
                 self.used_outside.setdefault(v, set()).add(i)
         self.returned = set(b.returns)
         self.inlined: list[dict] = []
+        # ``y = x`` statements (a Cast to the dtype ``x`` has, an Identity the exporter kept): y -> x
+        self.alias_of = {
+            st.targets[0]: self.reads[i][0]
+            for i, st in enumerate(b.statements)
+            if len(st.targets) == 1 and st.targets[0] != "_" and self.reads[i] and st.expr == self.reads[i][0]
+        }
 
     def _scan(self) -> None:
         """Each statement's variables read and ``self.<attr>`` referenced, in order."""
@@ -128,16 +134,36 @@ class Scopes:
 
     # --- interfaces and order ---
     def interface(self, members: set[int]) -> tuple[list[str], list[str]]:
-        """(variables read from outside, variables used outside), in order."""
+        """(variables read from outside, variables used outside), in order. A variable that is only
+        one of the inputs under another name (``passthroughs``) is not returned: the caller has it."""
         ins, outs = [], []
         for i in sorted(members):
             for v in self.reads[i]:
                 if v != self.batch and self.producer.get(v, -1) not in members and v not in ins:
                     ins.append(v)
             for t in self.b.statements[i].targets:
-                if t != "_" and (t in self.returned or any(j not in members for j in self.used_outside.get(t, ()))):
+                if t != "_" and self._used_outside(t, members) and self.source(t, members) is None:
                     outs.append(t)
         return ins, outs
+
+    def passthroughs(self, members: set[int]) -> list[tuple[str, str]]:
+        """(variable, the input it is) for each variable of ``members`` used outside them that is an
+        input under another name (a norm's upcast of an input already float32, read by the residual)."""
+        out = []
+        for i in sorted(members):
+            for t in self.b.statements[i].targets:
+                if t != "_" and self._used_outside(t, members) and (src := self.source(t, members)) is not None:
+                    out.append((t, src))
+        return out
+
+    def source(self, v: str, members: set[int]) -> str | None:
+        """The input of ``members`` that ``v`` is, through their ``y = x`` statements, or None."""
+        while v in self.alias_of and self.producer[v] in members:
+            v = self.alias_of[v]
+        return v if self.producer.get(v, -1) not in members else None
+
+    def _used_outside(self, t: str, members: set[int]) -> bool:
+        return t in self.returned or any(j not in members for j in self.used_outside.get(t, ()))
 
     def order(self, units: list[tuple[object, set[int]]]) -> list[int]:
         """Unit indices in an order that respects every data dependency (earliest first); the
