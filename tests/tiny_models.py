@@ -185,6 +185,48 @@ def tiny_encoder() -> nn.Module:
     return TinyEncoder()
 
 
+class RMSNorm(nn.Module):
+    """``x * rsqrt(mean(x^2) + eps) * weight``, as transformers' Llama and Qwen2 write it; the weight
+    starts at ones."""
+
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class NormBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = RMSNorm(width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + self.proj(self.norm(x))
+
+
+class TinyRMSNet(nn.Module):
+    """Two residual blocks of an RMSNorm and a Linear, as a decoder's layers are, and a final RMSNorm:
+    three norms whose weights are equal (ones) until trained."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.blocks = nn.ModuleList([NormBlock(width) for _ in range(2)])
+        self.norm = RMSNorm(width)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+def tiny_rms_net() -> nn.Module:
+    return TinyRMSNet()
+
+
 class TwoInputs(nn.Module):
     """An image and a feature vector, joined before the head: a model with two batch-carrying inputs."""
 

@@ -131,7 +131,11 @@ class CodeBuilder:
         return self.var_names(hint)
 
     def tensor_attr(self, array: np.ndarray, hint: str) -> str:
+        # equal arrays are stored once within a module; two modules' (five RMSNorms' all-ones weights)
+        # stay apart, each read by its own module and mapped to its own state_dict key (weight_map.py)
+        module = self._hint(self.node) if self.node is not None else ""
         key = hashlib.sha1(array.tobytes() + str(array.shape).encode() + str(array.dtype).encode()).hexdigest()
+        key = f"{module}:{key}"
         if key not in self.tensor_of:
             name = self.attr_names(hint.replace("onnx::", "const_"))
             self.tensor_of[key] = name

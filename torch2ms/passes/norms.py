@@ -150,7 +150,7 @@ class FuseLayerNorm(FormulaPattern):
         return m
 
     def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        m.extra = [graph.add_const(f"{m.root.name}_{n}", a) for n, a in m.extra]
+        _add_constants(graph, m)
         super().rewrite(graph, m)
 
 
@@ -195,7 +195,7 @@ class FuseGroupNorm(FormulaPattern):
         return m
 
     def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        m.extra = [graph.add_const(f"{m.root.name}_{n}", a) for n, a in m.extra]
+        _add_constants(graph, m)
         super().rewrite(graph, m)
 
 
@@ -268,8 +268,17 @@ class FuseRMSNorm(FormulaPattern):
         return m
 
     def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        m.extra = [graph.add_const(f"{m.root.name}_{n}", a) for n, a in m.extra]
+        _add_constants(graph, m)
         super().rewrite(graph, m)
+
+
+def _add_constants(graph: Graph, m: PatternMatch) -> None:
+    """The match's constants (``m.extra``: role, array) as graph constants named after the module the
+    pattern sits in and their role (``/model/layers.0/input_layernorm/gamma``), not after the node that
+    ended the pattern: the class a module becomes then stores ``self.gamma`` in every instance."""
+    name = m.root.name
+    scope = name.rsplit("/", 1)[0] + "/" if "/" in name else f"{name}_"
+    m.extra = [graph.add_const(scope + role, a) for role, a in m.extra]
 
 
 def norm_passes() -> list[FormulaPattern]:
