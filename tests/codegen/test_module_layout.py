@@ -414,3 +414,53 @@ def test_a_module_does_not_return_its_input_under_another_name(tmp_path):
     assert "Norm2" not in classes, "one class for both norms"
     returns = [n for n in ast.walk(classes["Norm"]) if isinstance(n, ast.Return)]
     assert all(not isinstance(r.value, ast.Tuple) for r in returns), net.source
+
+
+class _Rotary(nn.Module):
+    """Its result is an Unsqueeze that every layer reads: the module's result, not a shared step."""
+
+    def forward(self, x):
+        return torch.cos(x).unsqueeze(-1)
+
+
+class _Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, cos):
+        c = cos.squeeze(-1)  # the same in every layer: the exporter computes it once, in layer 0
+        return x + self.proj(x) * c
+
+
+class _Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = _Rotary()
+        self.layers = nn.ModuleList([_Layer() for _ in range(3)])
+
+    def forward(self, x):
+        cos = self.rotary(x)
+        for layer in self.layers:
+            x = layer(x, cos)
+        return x
+
+
+def test_a_reshape_the_exporter_shares_between_layers_is_each_layers_own(tmp_path):
+    """Without CopyReshapesIntoModules layer 0 returns its ``cos.squeeze(-1)`` and layers 1 and 2 read
+    it: two classes for one PyTorch class. The rotary module's own result is not copied."""
+    from torch2ms.passes import CopyReshapesIntoModules
+
+    proto, _ = export(_Decoder(), (2, 4))
+    shared = {o for n in proto.graph.node if n.op_type == "Squeeze" and "layers.0" in n.name for o in n.output}
+    readers = [n.name for n in proto.graph.node if set(n.input) & shared]
+    assert any("layers.1" in r for r in readers), f"the exporter no longer shares it: {readers}"
+    graph = graph_from_model(proto, 17)
+    pass_ = CopyReshapesIntoModules()
+    assert pass_.apply(graph) == 1
+    copies = [n for n in graph.nodes if n.origin != [n.name]]
+    assert sorted(n.name.split("/")[1] for n in copies) == ["layers.1", "layers.2"], [n.name for n in copies]
+    assert all("/layers.0/" in n.origin[0] and n.op_type == "Squeeze" for n in copies)
+    net, _ = check(tmp_path, _Decoder(), (2, 4))
+    classes = classes_of(net.source)
+    assert [c for c in classes if "Layer" in c] == ["Layer"], net.source

@@ -30,6 +30,7 @@ from torch2ms.passes.fold_bn import FoldBatchNorm, fold_bn_weights
 from torch2ms.passes.fuse_conv_bn_act import FuseConvBnAct
 from torch2ms.passes.fuse_dense import FuseDenseBnAct
 from torch2ms.passes.matmul_linear import MatMulToLinear
+from torch2ms.passes.module_copies import CopyReshapesIntoModules
 from torch2ms.passes.norms import FuseGroupNorm, FuseLayerNorm, FuseRMSNorm, norm_passes
 from torch2ms.passes.stacking import GathersToUnstack, UnsqueezesToStack
 
@@ -44,7 +45,13 @@ def rebuild_passes(fuse_conv_bn_act: bool = True, *, fold: bool = False) -> list
     fusions = [FuseConvBnAct(formulas), FuseDenseBnAct(formulas)] if fuse_conv_bn_act else []
     affine = [FoldConvAffine()] if fold else []
     folds = [FoldBatchNorm()] if fold else []
-    cleanup = [EliminateIdentity(), GathersToUnstack(), UnsqueezesToStack(), MatMulToLinear()]
+    cleanup = [
+        EliminateIdentity(),
+        CopyReshapesIntoModules(),
+        GathersToUnstack(),
+        UnsqueezesToStack(),
+        MatMulToLinear(),
+    ]
     return [*cleanup, *formulas, *norm_passes(), *affine, *fusions, *folds]
 
 
@@ -57,6 +64,7 @@ __all__ = [
     "FormulaPattern",
     "run_passes",
     "EliminateIdentity",
+    "CopyReshapesIntoModules",
     "GathersToUnstack",
     "UnsqueezesToStack",
     "FuseHardSigmoid",
