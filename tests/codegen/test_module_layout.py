@@ -464,3 +464,13 @@ def test_a_reshape_the_exporter_shares_between_layers_is_each_layers_own(tmp_pat
     net, _ = check(tmp_path, _Decoder(), (2, 4))
     classes = classes_of(net.source)
     assert [c for c in classes if "Layer" in c] == ["Layer"], net.source
+
+
+def test_equal_layers_of_a_list_are_one_comprehension(tmp_path):
+    """Three decoder layers written alike are ``[_Layer() for _ in range(3)]``, as mindcv writes a
+    stage; their parameters keep PyTorch's indexed names."""
+    net, cell = check(tmp_path, _Decoder(), (2, 4))
+    root = ast.unparse(classes_of(net.source)["Net"])
+    assert "nn.CellList([Layer() for _ in range(3)])" in root, root
+    names = {p.name for p in cell.get_parameters()}
+    assert {f"layers.{i}.proj.weight" for i in range(3)} <= names, sorted(names)

@@ -162,7 +162,7 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
                 out += f"{p.scope.group.name}({', '.join(args)})"
             else:
                 out += p
-        return out.replace("(, ", "(")
+        return repeated_cells(out.replace("(, ", "("))
 
     opt = g.optional if g else None
     init = [f"self.{opt} = {opt}" if line[0] == f"self.{opt} = " else text(line, True) for line in s.body.init]
@@ -177,6 +177,52 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
     out += [f"        {line}" for line in init]
     out += ["", f"    {construct[0]}"] + [f"        {line}" for line in construct[1:]]
     return out
+
+
+REPEATABLE = ("nn.CellList([", "nn.SequentialCell([")
+
+
+def repeated_cells(line: str) -> str:
+    """``nn.CellList([Layer(), Layer(), Layer()])`` as mindcv writes it: ``nn.CellList([Layer() for _ in
+    range(3)])``, where every item is written the same (24 decoder layers, a stage of equal blocks)."""
+    start = 0
+    while True:
+        hits = [(line.find(head, start), head) for head in REPEATABLE]
+        hits = [(i, head) for i, head in hits if i >= 0]
+        if not hits:
+            return line
+        i, head = min(hits)
+        body, end = _bracketed(line, i + len(head) - 1)
+        items = _top_level_items(body)
+        if len(items) >= 3 and len(set(items)) == 1:
+            line = f"{line[: i + len(head)]}{items[0]} for _ in range({len(items)})" + line[end:]
+        start = i + len(head)
+
+
+def _bracketed(line: str, open_at: int) -> tuple[str, int]:
+    """The text inside the bracket opening at ``open_at`` and the index of its closing bracket."""
+    depth = 0
+    for j in range(open_at, len(line)):
+        depth += line[j] in "([{"
+        depth -= line[j] in ")]}"
+        if depth == 0:
+            return line[open_at + 1 : j], j
+    return line[open_at + 1 :], len(line)
+
+
+def _top_level_items(body: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        cur += ch
+    if cur.strip():
+        items.append(cur.strip())
+    return items
 
 
 def optional_call(construct: list[str], w: optional.Without) -> list[str]:
