@@ -104,7 +104,6 @@ class W8A16Emulator:
         self.params = [[found[g][layer_key(n)] for g in GRAPHS] for n in self.names]
         self.float = [p[0].asnumpy() for p in self.params]
         self.int8 = [fake_quantized(w) for w in self.float]
-        self.nbytes = [w.nbytes for w in self.float]
         self.cells = cells
         # GRAPH_MODE without graph-kernel fusion, as the mindir stage exports: compiled once per graph, a
         # weight loaded with Parameter.set_data is the compiled graph's next input (PyNative would
@@ -112,16 +111,6 @@ class W8A16Emulator:
         self.runner = _cell_runner(ms, cells, (False, "", None))
         self.low: frozenset[int] = frozenset()
         self.runs = 0
-
-    def release(self) -> None:
-        """The search is over: every layer float again in the networks, and the float and
-        fake-quantized copies and the compiled graphs dropped before the MindIRs are written (on
-        the Qwen2-0.5B shape they are 5 GB of arrays beside two 2.5 GB networks)."""
-        import gc
-
-        self.set_low(())
-        self.float, self.int8, self.runner = [], [], None
-        gc.collect()
 
     def tables(self) -> list[str]:
         """The paths of the gathered tables (token embeddings) among the layers."""
@@ -269,7 +258,7 @@ def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dic
     from torch2ms.runtime import mindir_layout, msutil
 
     ms = emu.ms
-    emu.release()
+    emu.set_low(())
     written = {}
     for graph, cell in emu.cells.items():
         if int8:
@@ -338,7 +327,7 @@ def fp32_mindirs(run_root: Path, out: Path, emu: W8A16Emulator) -> dict[str, int
 def sizes(fp32: dict[str, int], emu: W8A16Emulator, written: dict) -> dict:
     """The MindIRs' bytes, fp32 against W8A16, and the Linear weights' and tables' share of the fp32 ones."""
     w8 = {g: _bytes(f) for g, f in written.items()}
-    per_graph = {op: sum(n for n, o in zip(emu.nbytes, emu.op_types) if o == op) for op in ("Dense", "Gather")}
+    per_graph = {op: sum(w.nbytes for w, o in zip(emu.float, emu.op_types) if o == op) for op in ("Dense", "Gather")}
     total = sum(fp32.values())
     return {
         "fp32_bytes": fp32,
