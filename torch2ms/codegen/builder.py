@@ -26,7 +26,7 @@ from torch2ms.codegen.linemap import assign_lines
 from torch2ms.converters.api import MS_DTYPES, Emitter, Unsupported, literal
 from torch2ms.converters.registry import call_converter, lookup
 from torch2ms.graph.ir import Graph, Node, Value
-from torch2ms.graph.names import SHADOWABLE, Namer, module_path, snake
+from torch2ms.graph.names import SHADOWABLE, Namer, module_path, node_module, snake
 
 WIDTH = 100
 
@@ -133,7 +133,7 @@ class CodeBuilder:
     def tensor_attr(self, array: np.ndarray, hint: str) -> str:
         # equal arrays are stored once within a module; two modules' (five RMSNorms' all-ones weights)
         # stay apart, each read by its own module and mapped to its own state_dict key (weight_map.py)
-        module = self._hint(self.node) if self.node is not None else ""
+        module = ".".join(node_module(self.node, self.graph.scopes)) if self.node is not None else ""
         key = hashlib.sha1(array.tobytes() + str(array.shape).encode() + str(array.dtype).encode()).hexdigest()
         key = f"{module}:{key}"
         if key not in self.tensor_of:
