@@ -4,6 +4,7 @@ constructor arguments (``Bottleneck(256, 64, 1)``)."""
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 
 import torch2ms.codegen.optional as optional
@@ -179,50 +180,45 @@ def class_lines(s: Scope, g: Group | None) -> list[str]:
     return out
 
 
-REPEATABLE = ("nn.CellList([", "nn.SequentialCell([")
+CELL_LISTS = ("nn.CellList", "nn.SequentialCell")
 
 
 def repeated_cells(line: str) -> str:
     """``nn.CellList([Layer(), Layer(), Layer()])`` as mindcv writes it: ``nn.CellList([Layer() for _ in
-    range(3)])``, where every item is written the same (24 decoder layers, a stage of equal blocks)."""
-    start = 0
-    while True:
-        hits = [(line.find(head, start), head) for head in REPEATABLE]
-        hits = [(i, head) for i, head in hits if i >= 0]
-        if not hits:
+    range(3)])``, where three or more items are written the same (24 decoder layers, a stage of
+    equal blocks); outer lists first, then what is left inside them."""
+    while any(f"{cells}([" in line for cells in CELL_LISTS):
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:  # not a whole statement (a ``def`` line)
             return line
-        i, head = min(hits)
-        body, end = _bracketed(line, i + len(head) - 1)
-        items = _top_level_items(body)
-        if len(items) >= 3 and len(set(items)) == 1:
-            line = f"{line[: i + len(head)]}{items[0]} for _ in range({len(items)})" + line[end:]
-        start = i + len(head)
+        lists = [
+            n.args[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and ast.unparse(n.func) in CELL_LISTS
+            and len(n.args) == 1
+            and isinstance(n.args[0], ast.List)
+            and len(n.args[0].elts) >= 3
+            and len({ast.dump(e) for e in n.args[0].elts}) == 1
+        ]
+        if not lists:
+            return line
+        items = lists[0]
+        start, end = (
+            _offset(line, items.lineno, items.col_offset),
+            _offset(line, items.end_lineno, items.end_col_offset),
+        )
+        first = ast.get_source_segment(line, items.elts[0])
+        line = f"{line[:start]}[{first} for _ in range({len(items.elts)})]{line[end:]}"
+    return line
 
 
-def _bracketed(line: str, open_at: int) -> tuple[str, int]:
-    """The text inside the bracket opening at ``open_at`` and the index of its closing bracket."""
-    depth = 0
-    for j in range(open_at, len(line)):
-        depth += line[j] in "([{"
-        depth -= line[j] in ")]}"
-        if depth == 0:
-            return line[open_at + 1 : j], j
-    return line[open_at + 1 :], len(line)
-
-
-def _top_level_items(body: str) -> list[str]:
-    items, depth, cur = [], 0, ""
-    for ch in body:
-        if ch == "," and depth == 0:
-            items.append(cur.strip())
-            cur = ""
-            continue
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        cur += ch
-    if cur.strip():
-        items.append(cur.strip())
-    return items
+def _offset(text: str, lineno: int, col: int) -> int:
+    """The character index of ``ast``'s (line, UTF-8 byte column) position in ``text``."""
+    lines = text.splitlines(keepends=True)
+    head = "".join(lines[: lineno - 1])
+    return len(head) + len(lines[lineno - 1].encode()[:col].decode())
 
 
 def optional_call(construct: list[str], w: optional.Without) -> list[str]:
