@@ -37,6 +37,14 @@ class Node:
             self.origin = [self.name]
 
 
+def fresh(base: str, taken) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
 class Graph:
     def __init__(
         self,
@@ -75,9 +83,7 @@ class Graph:
         return None if v is None else v.const
 
     def add_const(self, name: str, array: np.ndarray) -> str:
-        base, k = name, 1
-        while name in self.values:
-            name, k = f"{base}_{k}", k + 1
+        name = fresh(name, self.values)
         self.values[name] = Value(name, tuple(array.shape), array.dtype, array)
         return name
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from torch2ms.graph.ir import Graph, Node
+from torch2ms.graph.ir import Graph, Node, fresh
 from torch2ms.graph.names import module_path
 from torch2ms.passes.base import Pass, remove_node
 
@@ -34,10 +34,9 @@ def _module(node: Node) -> tuple[str, ...] | None:
     return tuple(module_path(node.name)) if node.name.startswith("/") else None
 
 
-def _related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """One module path is the other's or inside it."""
-    n = min(len(a), len(b))
-    return a[:n] == b[:n]
+def _within(path: tuple[str, ...], module: tuple[str, ...]) -> bool:
+    """``path`` is ``module`` or inside it."""
+    return path[: len(module)] == module
 
 
 @dataclass
@@ -59,9 +58,11 @@ class CopyReshapesIntoModules(Pass):
         inside = False
         for user in graph.consumers(node.outputs[0]):
             theirs = _module(user)
-            if theirs is not None and not _related(own, theirs):
+            if theirs is None:
+                continue
+            inside |= _within(theirs, own)
+            if not _within(theirs, own) and not _within(own, theirs):
                 readers.setdefault(theirs, []).append(user)
-            inside |= theirs is not None and theirs[: len(own)] == own
         # read in its own module too: an intermediate the exporter let others reuse, not the module's result
         return CopyMatch(node, readers) if readers and inside else None
 
@@ -74,8 +75,8 @@ class CopyReshapesIntoModules(Pass):
         names = {n.name for n in graph.nodes}
         for users in m.readers.values():
             scope = users[0].name.rsplit("/", 1)[0]
-            name = _fresh(f"{scope}/{node.op_type}", names)
-            copy_out = _fresh(f"{out}_{len(names)}", graph.values)
+            name = fresh(f"{scope}/{node.op_type}", names)
+            copy_out = fresh(f"{out}_{len(names)}", graph.values)
             graph.values[copy_out] = replace(graph.values[out], name=copy_out)
             copy = Node(name, node.op_type, list(node.inputs), [copy_out], dict(node.attrs), node.domain, [node.name])
             graph.nodes.insert(self._position(graph, node, scope, users), copy)
@@ -95,7 +96,8 @@ class CopyReshapesIntoModules(Pass):
         own = node.name.rsplit("/", 1)[0]
         at = {n.name: i for i, n in enumerate(graph.nodes)}
         here = next(i for i, n in enumerate(graph.nodes) if n is node)
-        first = min(i for i, n in enumerate(graph.nodes) if any(n is u for u in users))
+        readers = {id(u) for u in users}
+        first = min(i for i, n in enumerate(graph.nodes) if id(n) in readers)
         before = next((n for n in reversed(graph.nodes[:here]) if n.name.startswith(own + "/")), None)
         if before is None:  # the first of its module: first in the reading module too
             target = next((i for i, n in enumerate(graph.nodes) if n.name.startswith(scope + "/")), first)
@@ -105,10 +107,3 @@ class CopyReshapesIntoModules(Pass):
         made = {o: i for i, n in enumerate(graph.nodes[:here]) for o in n.outputs}
         low = max((made[i] + 1 for i in node.inputs if i in made), default=0)
         return max(low, min(target, first))
-
-
-def _fresh(base: str, taken) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    return name

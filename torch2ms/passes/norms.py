@@ -92,7 +92,20 @@ def _along(const: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...]) -> 
     return np.ascontiguousarray(c.reshape(tuple(shape[i] for i in axes)), dtype=np.float32)
 
 
-class FuseLayerNorm(FormulaPattern):
+class NormPattern(FormulaPattern):
+    """A norm formula whose match carries its constants as ``m.extra`` (role, array): they become graph
+    constants named after the module the pattern sits in and their role
+    (``/model/layers.0/input_layernorm/gamma``), not after the node that ended the pattern, so the
+    class a module becomes stores ``self.gamma`` in every instance."""
+
+    def rewrite(self, graph: Graph, m: PatternMatch) -> None:
+        name = m.root.name
+        scope = name.rsplit("/", 1)[0] + "/" if "/" in name else f"{name}_"
+        m.extra = [graph.add_const(scope + role, a) for role, a in m.extra]
+        super().rewrite(graph, m)
+
+
+class FuseLayerNorm(NormPattern):
     name = "fuse_layer_norm"
 
     def match(self, graph: Graph, node: Node):
@@ -149,12 +162,8 @@ class FuseLayerNorm(FormulaPattern):
         m.extra = [("gamma", gamma), ("beta", beta)]  # made constants in rewrite
         return m
 
-    def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        _add_constants(graph, m)
-        super().rewrite(graph, m)
 
-
-class FuseGroupNorm(FormulaPattern):
+class FuseGroupNorm(NormPattern):
     name = "fuse_group_norm"
 
     def match(self, graph: Graph, node: Node):
@@ -194,10 +203,6 @@ class FuseGroupNorm(FormulaPattern):
         m.extra = [("gamma", gamma), ("beta", beta)]
         return m
 
-    def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        _add_constants(graph, m)
-        super().rewrite(graph, m)
-
 
 def _same_type_cast(graph: Graph, value: str) -> Node | None:
     """The Cast producing ``value`` from a tensor of the same dtype (a no-op), if any."""
@@ -215,7 +220,7 @@ def _reciprocal(graph: Graph, value: str) -> Node | None:
     return inv
 
 
-class FuseRMSNorm(FormulaPattern):
+class FuseRMSNorm(NormPattern):
     name = "fuse_rms_norm"
 
     def match(self, graph: Graph, node: Node):
@@ -266,19 +271,6 @@ class FuseRMSNorm(FormulaPattern):
         m = PatternMatch(last, x, nodes, "RMSNormalization", attrs={"axis": axes[0], "epsilon": epsilon})
         m.extra = [("gamma", gamma)]
         return m
-
-    def rewrite(self, graph: Graph, m: PatternMatch) -> None:
-        _add_constants(graph, m)
-        super().rewrite(graph, m)
-
-
-def _add_constants(graph: Graph, m: PatternMatch) -> None:
-    """The match's constants (``m.extra``: role, array) as graph constants named after the module the
-    pattern sits in and their role (``/model/layers.0/input_layernorm/gamma``), not after the node that
-    ended the pattern: the class a module becomes then stores ``self.gamma`` in every instance."""
-    name = m.root.name
-    scope = name.rsplit("/", 1)[0] + "/" if "/" in name else f"{name}_"
-    m.extra = [graph.add_const(scope + role, a) for role, a in m.extra]
 
 
 def norm_passes() -> list[FormulaPattern]:
