@@ -24,16 +24,20 @@ def variants(recipe, root: Path, out: Path) -> dict:
     plan, reference = w8a16.generation_setup(root)
     emu = w8a16.W8A16Emulator(root, plan, reference)
     ties = w8a16.near_tie_record(recipe, reference, emu.noise_floor())
-    row = {"fp32_bytes": sum(w8a16.fp32_mindirs(root, out / "fp32", emu).values()), "near_tie": ties}
-    for name, tables in (("every_layer", True), ("linear_only", False)):
-        if name != "every_layer":
-            emu = w8a16.W8A16Emulator(root, plan, reference)
-        int8 = [n for n in emu.names if tables or n not in emu.tables()]
-        written = w8a16.export_mindirs(emu, out / name, int8)
+    names, tables = emu.names, emu.tables()
+    weights = {op: sum(w.nbytes for w, o in zip(emu.float, emu.op_types) if o == op) for op in ("Dense", "Gather")}
+    del emu
+    row = {"fp32_bytes": sum(w8a16.fp32_mindirs(root, out).values()), "near_tie": ties}
+    for name, with_tables in (("every_layer", True), ("linear_only", False)):
+        dense = [n for n in names if n not in tables]
+        written = {
+            g: w8a16.export_mindirs(root, g, out / name, dense, tables if with_tables else []) for g in w8a16.GRAPHS
+        }
         _, generation = w8a16.check_mindirs(out / name, plan, reference, ties["bound"])
-        sizes = w8a16.sizes({"all": row["fp32_bytes"]}, emu, written)
+        sizes = w8a16.sizes({"all": row["fp32_bytes"]}, weights, written)
         size = sum(sizes["w8a16_bytes"].values())
-        row[name] = {"bytes": size, "ratio": round(size / row["fp32_bytes"], 4), "layers_int8": len(int8), **generation}
+        int8 = len(dense) + (len(tables) if with_tables else 0)
+        row[name] = {"bytes": size, "ratio": round(size / row["fp32_bytes"], 4), "layers_int8": int8, **generation}
         row["linear_share"], row["tables_share"] = sizes["linear_share"], sizes["tables_share"]
     return row
 

@@ -61,11 +61,17 @@ def check_w8a16(recipe, root: Path, out: Path) -> None:
     (``_outlier_copy``): its int8 step is then large against every logit gap, so the plan allows no
     near-ties; every layer in int8 breaks the tokens and the plan keeps the lm_head float first; the
     other int8 layers (Linear weights, the token embedding) are INT8 in both MindIRs and save their
-    3/4 less the scales; the reloaded MindIRs generate transformers' tokens; the plan is reused from its cache."""
+    3/4 less the scales; the reloaded MindIRs generate transformers' tokens; the plan is reused from its cache.
+    The emulator and the exports run in processes of their own: the calling process never builds a
+    network (here one that tried would raise)."""
+    from unittest import mock
+
     from torch2ms.bundle.w8a16 import w8a16_mindirs
+    from torch2ms.runtime import msutil
 
     head = _outlier_copy(root, out / "run")
-    paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
+    with mock.patch.object(msutil, "build_network", side_effect=AssertionError("a network built in the caller")):
+        paths = w8a16_mindirs(recipe, out / "run", out / "w8a16", log=lambda m: None)
     plan = json.loads(paths["plan"].read_text())
     ties = plan["near_tie"]
     assert not ties["rare"] and ties["bound"] == 0.0 and ties["steps_within"] > ties["share_limit"] * ties["steps"]

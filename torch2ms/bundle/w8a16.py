@@ -248,34 +248,30 @@ def search(recipe, emu, near_tie: float) -> tuple[list[str], dict]:
     return [emu.names[i] for i in found.keep], record
 
 
-def export_mindirs(emu: W8A16Emulator, out: Path, int8: list[str] | None) -> dict[str, list[Path]]:
-    """The emulator's two networks as MindIRs in ``out/<graph>/`` (``mindir_layout``), every weight
-    float and the layers ``int8`` (paths) int8: a dense layer replaced by ``Int8Dense``, a table by its
-    int8 rows (``quantize_tables``, the rewritten classes' source in ``out/source/<graph>``), for good:
-    the emulator's cells are W8A16 afterwards; ``None``: all float (the fp32 MindIRs). Exported in GRAPH_MODE without
-    graph-kernel fusion, as the mindir stage does. Returns each graph's files."""
+def export_mindirs(run_root: Path, graph: str, out: Path, dense: list[str], tables: list[str]) -> list[Path]:
+    """The fold stage's ``graph`` network as a MindIR in ``out/<graph>/`` (``mindir_layout``), the dense
+    layers ``dense`` replaced by ``Int8Dense`` and the gathered tables ``tables`` by their int8 rows
+    (``quantize_tables``, the rewritten classes' source in ``out/source/<graph>``), every other weight
+    float (both empty: the fp32 MindIR). Exported in GRAPH_MODE without graph-kernel fusion, as the
+    mindir stage does. Built from the fold checkpoint, not from the emulator's cells: it runs in a
+    process of its own (``make_plan``). Returns the files written."""
+    from torch2ms.bundle.w8a16_cell import quantize_network, quantize_tables
     from torch2ms.generation.convert import graph_inputs
+    from torch2ms.generation.plan import read_plan
     from torch2ms.runtime import mindir_layout, msutil
 
-    ms = emu.ms
-    emu.set_low(())
-    written = {}
-    for graph, cell in emu.cells.items():
-        if int8:
-            from torch2ms.bundle.w8a16_cell import quantize_network, quantize_tables
-
-            tables = set(emu.tables())
-            quantize_network(cell, [n for n in int8 if n not in tables])
-            quantize_tables(cell, [n for n in int8 if n in tables], Path(out) / "source" / graph)
-            cell.compile_cache.clear()  # else mindspore.export reuses the graph compiled before the rewrite
-        msutil.set_graph_mode(ms)
-        gears = graph == "prefill" and len(emu.plan.gears) > 1
-        example = [_example(ms, i, gears) for i in graph_inputs(graph, emu.plan)]
-        folder = Path(out) / graph
-        folder.mkdir(parents=True, exist_ok=True)
-        written[graph] = mindir_layout.export(ms, cell, *example, folder=folder)
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    return written
+    ms = msutil.mindspore()
+    ms.set_context(mode=ms.PYNATIVE_MODE)  # built as the fold stage builds it
+    plan = read_plan(run_root)
+    cell = msutil.build_network(Path(run_root) / graph / "fold", f"w8a16_export_{graph}")
+    quantize_network(cell, dense)
+    quantize_tables(cell, tables, Path(out) / "source" / graph)
+    msutil.set_graph_mode(ms)
+    gears = graph == "prefill" and len(plan.gears) > 1
+    example = [_example(ms, i, gears) for i in graph_inputs(graph, plan)]
+    folder = Path(out) / graph
+    folder.mkdir(parents=True, exist_ok=True)
+    return mindir_layout.export(ms, cell, *example, folder=folder)
 
 
 def check_mindirs(out: Path, plan, reference, near_tie: float) -> tuple[list[str], dict]:
@@ -313,21 +309,23 @@ def _bytes(files) -> int:
     return sum(Path(f).stat().st_size for f in files)
 
 
-def fp32_mindirs(run_root: Path, out: Path, emu: W8A16Emulator) -> dict[str, int]:
+def fp32_mindirs(run_root: Path, out: Path) -> dict[str, int]:
     """The fp32 MindIRs' bytes per graph: the run's mindir stage's when it ran, else exported from
-    the fold networks into ``out/fp32`` (before ``export_mindirs`` makes them W8A16)."""
+    the fold networks into ``out/fp32``, each in a process of its own."""
     from torch2ms.runtime import mindir_layout
+    from torch2ms.runtime.fresh import call_fresh
 
     stages = {g: Path(run_root) / g / "mindir" for g in GRAPHS}
     if all((s / mindir_layout.GRAPH).is_file() for s in stages.values()):
         return {g: _bytes(mindir_layout.files(s)) for g, s in stages.items()}
-    return {g: _bytes(f) for g, f in export_mindirs(emu, Path(out) / "fp32", None).items()}
+    fp32 = Path(out) / "fp32"
+    return {g: _bytes(call_fresh(f"the fp32 {g} MindIR", export_mindirs, run_root, g, fp32, [], [])) for g in GRAPHS}
 
 
-def sizes(fp32: dict[str, int], emu: W8A16Emulator, written: dict) -> dict:
-    """The MindIRs' bytes, fp32 against W8A16, and the Linear weights' and tables' share of the fp32 ones."""
+def sizes(fp32: dict[str, int], per_graph: dict[str, int], written: dict) -> dict:
+    """The MindIRs' bytes, fp32 against W8A16, and the Linear weights' and tables' share of the fp32
+    ones (``per_graph``: their float bytes in one graph, by op type ``Dense`` and ``Gather``)."""
     w8 = {g: _bytes(f) for g, f in written.items()}
-    per_graph = {op: sum(w.nbytes for w, o in zip(emu.float, emu.op_types) if o == op) for op in ("Dense", "Gather")}
     total = sum(fp32.values())
     return {
         "fp32_bytes": fp32,
@@ -361,37 +359,62 @@ def near_tie_record(recipe, reference, floor: dict) -> dict:
     }
 
 
-def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head: bool = True) -> dict:
-    """The W8A16 plan of a run converted up to the fold stage (module docstring): the search, the int8
-    MindIRs written to ``out/<graph>/`` and their reloaded check, the sizes; ``lm_head`` False keeps
-    the lm_head float."""
-    t0 = time.perf_counter()
+def searched(recipe, run_root: Path, lm_head: bool) -> dict:
+    """The plan's search (module docstring) on the emulator: the layers, which stay float, the
+    near-tie record, the search's record, and the layers' float bytes per op type."""
     plan, reference = generation_setup(run_root)
     emu = W8A16Emulator(run_root, plan, reference, lm_head)
     ties = near_tie_record(recipe, reference, emu.noise_floor())
     keep, record = search(recipe, emu, ties["bound"])
+    weights = {op: sum(w.nbytes for w, o in zip(emu.float, emu.op_types) if o == op) for op in ("Dense", "Gather")}
+    return {
+        "names": emu.names,
+        "labels": emu.labels,
+        "tables": emu.tables(),
+        "keep": keep,
+        "ties": ties,
+        "record": record,
+        "weights": weights,
+        "runs": emu.runs,
+    }
+
+
+def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head: bool = True) -> dict:
+    """The W8A16 plan of a run converted up to the fold stage (module docstring): the search, the int8
+    MindIRs written to ``out/<graph>/`` and their reloaded check, the sizes; ``lm_head`` False keeps
+    the lm_head float. The search and each graph's export run in processes of their own
+    (``runtime.fresh``): the emulator holds both networks, their float and int8 weights and their
+    compiled graphs, which a MindIR export beside them would add to."""
+    from torch2ms.runtime.fresh import call_fresh
+
+    t0 = time.perf_counter()
+    plan, reference = generation_setup(run_root)
+    found = call_fresh("the w8a16 plan's search", searched, recipe, run_root, lm_head)
+    ties, record, keep, tables = found["ties"], found["record"], found["keep"], found["tables"]
     log(
-        f"w8a16 plan: {len(emu.names)} layers ({len(emu.tables())} gathered tables); int8 noise floor "
+        f"w8a16 plan: {len(found['names'])} layers ({len(tables)} gathered tables); int8 noise floor "
         f"{ties['max_gap_move']:.3g} ({ties['steps_within']}/{ties['steps']} reference steps' top-2 gaps within it"
         f"{'' if ties['rare'] else ': not rare, no near-ties'}); "
         f"all in int8: {record['before']['teacher_forced_equal']} teacher-forced tokens equal, "
         f"{len(record['before']['near_ties'])} near-ties; {len(keep)} kept in float"
     )
-    int8 = [n for n in emu.names if n not in keep]
-    fp32 = fp32_mindirs(run_root, out, emu)
-    written = export_mindirs(emu, out, int8)
+    int8 = [n for n in found["names"] if n not in keep]
+    fp32 = fp32_mindirs(run_root, out)
+    dense, int8_tables = [n for n in int8 if n not in tables], [n for n in int8 if n in tables]
+    written = {
+        g: call_fresh(f"the w8a16 {g} MindIR", export_mindirs, run_root, g, out, dense, int8_tables) for g in GRAPHS
+    }
     violations, generation = check_mindirs(out, plan, reference, ties["bound"])
-    figures = sizes(fp32, emu, written)
+    figures = sizes(fp32, found["weights"], written)
     log(f"w8a16 plan: MindIRs {figures['ratio']}x fp32; reloaded: {generation['tokens_equal']} tokens equal")
-    label = dict(zip(emu.names, emu.labels))
-    tables = emu.tables()
+    label = dict(zip(found["names"], found["labels"]))
     return {
         "method": METHOD,
         **record,
         "bound": {"w8a16_top1_agreement": recipe.precision.w8a16_top1_agreement},
         "near_tie": ties,
         "samples": len(batches(reference, plan.batch)),
-        "layers": len(emu.names),
+        "layers": len(found["names"]),
         "lm_head": "int8" if lm_head and any(map(is_lm_head, int8)) else "float",
         "embedding": {label[n]: "int8" if n in int8 else "float" for n in tables},
         "keep_float": [label[n] for n in keep],
@@ -399,7 +422,7 @@ def make_plan(recipe, run_root: Path, out: Path, log: Callable = print, lm_head:
         "mindir": {**figures, "files": {g: [str(p) for p in f] for g, f in written.items()}},
         "generation": generation,
         "violations": violations,
-        "emulations": emu.runs,
+        "emulations": found["runs"],
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
