@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from torch2ms.codegen.convert import convert_graph
+from torch2ms.export.roles import module_roles
 from torch2ms.graph.load import graph_from_model
 from torch2ms.passes import fold_passes, rebuild_passes, run_passes
 from torch2ms.runtime import msutil
@@ -51,7 +52,14 @@ def export(model: nn.Module, shape: tuple, dynamo: bool = False) -> tuple[onnx.M
 
 
 def convert(
-    tmp: Path, model: nn.Module, shape: tuple, layout: str, fold: bool = False, rename=None, dynamo: bool = False
+    tmp: Path,
+    model: nn.Module,
+    shape: tuple,
+    layout: str,
+    fold: bool = False,
+    rename=None,
+    dynamo: bool = False,
+    roles: bool = False,
 ):
     """(generated network, its outputs on a seeded input, PyTorch's outputs on it); ``rename``:
     node name -> name, to give nodes the scopes another exporter would."""
@@ -66,7 +74,8 @@ def convert(
     graph = graph_from_model(proto, opset, {"x": shape})
     run_passes(graph, fold_passes(True) if fold else rebuild_passes(True))
     sha = hashlib.sha256((tmp / "model.onnx").read_bytes()).hexdigest()
-    net = convert_graph(graph, "Net", "model.onnx", sha, "test", layout=layout, modules=classes)
+    names = module_roles(model) if roles else None  # as the export stage records them (locals, arguments)
+    net = convert_graph(graph, "Net", "model.onnx", sha, "test", layout=layout, modules=classes, roles=names)
     out = tmp / f"{layout}{'_fold' if fold else ''}"
     out.mkdir()
     (out / "network.py").write_text(net.source)
@@ -83,9 +92,18 @@ def convert(
     return net, got, ref, cell
 
 
-def check(tmp: Path, model: nn.Module, shape: tuple, fold: bool = False, rename=None, dynamo: bool = False):
-    """The modules network: its outputs against PyTorch, and bitwise against the flat layout's."""
-    net, got, ref, cell = convert(tmp, model, shape, "modules", fold, rename, dynamo)
+def check(
+    tmp: Path,
+    model: nn.Module,
+    shape: tuple,
+    fold: bool = False,
+    rename=None,
+    dynamo: bool = False,
+    roles: bool = False,
+):
+    """The modules network: its outputs against PyTorch, and bitwise against the flat layout's
+    (``roles``: with the names the classes' ``forward`` gives, as the pipeline passes them)."""
+    net, got, ref, cell = convert(tmp, model, shape, "modules", fold, rename, dynamo, roles)
     _, flat, _, _ = convert(tmp, model, shape, "flat", fold, rename, dynamo)
     for g, r, f in zip(got, ref, flat):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))

@@ -42,7 +42,8 @@ def test_a_child_assigned_to_two_names_keeps_its_own():
             b = self.act(a)
             return b
 
-    assert forward_roles(Two) is None  # `act` feeds two names: neither is its role
+    assert "children" not in forward_roles(Two)  # `act` feeds two names: neither is its role
+    assert forward_roles(Two)["inputs"] == {"act": "x"}  # its first call reads the argument x
 
 
 def test_rebound_names_are_counted_per_assignment():

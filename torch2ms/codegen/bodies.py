@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torch2ms.codegen.arguments import Source
 from torch2ms.codegen.locals import Locals
 from torch2ms.codegen.pieces import CELL_NAMES, ChildRef, Lit, Opt, call_pieces, owned, pieces, rename, tokens
 from torch2ms.codegen.scopes import Scope, Scopes
@@ -50,6 +51,9 @@ class _Draft:
     attr_expr: dict[str, str] = field(default_factory=dict)  # builder layer attribute -> expression
     own_tensors: dict[str, str] = field(default_factory=dict)  # builder tensor attribute -> attribute
     primitives: dict[str, str] = field(default_factory=dict)  # a primitive built once -> its attribute
+    ins: dict[str, int] = field(default_factory=dict)  # an argument's variable -> its index
+    op_named: set[str] = field(default_factory=set)  # local names only an op gave (``unsqueeze_2``)
+    role_named: set[str] = field(default_factory=set)  # local names the PyTorch forward gave
 
     @property
     def local(self) -> dict[str, str]:  # builder variable -> local name
@@ -78,12 +82,23 @@ def signature(lines: list[list]) -> list[str]:
 class Bodies:
     """Writes ``Scope.body`` for every class scope, children first, and groups them into classes."""
 
-    def __init__(self, scopes: Scopes, add_class: Callable[[Scope], None], roles: dict[str, dict] | None = None):
+    def __init__(
+        self,
+        scopes: Scopes,
+        add_class: Callable[[Scope], None],
+        roles: dict[str, dict] | None = None,
+        arg_names: dict[Scope, list[str | None]] | None = None,
+    ):
         self.sc = scopes
         self.b = scopes.b
         self.add_class = add_class  # groups a rendered class scope with the instances that share its code
         self.roles = roles or {}  # PyTorch class -> the names its forward gives (torch2ms.export.roles)
+        self.arg_names = arg_names or {}  # instance -> its arguments' names (codegen.arguments)
         self.renamed: list[dict] = []
+        self.args_of: dict[Scope, list[str]] = {}  # instance -> its arguments as rendered
+        self.sites: dict[Scope, tuple[Scope, list[Source]]] = {}  # called instance -> caller, inputs' sources
+        self.readers: dict[Scope, dict[int, set[str]]] = {}  # instance -> argument -> children reading it alone
+        self.returns_of: dict[Scope, list[str | None]] = {}  # instance -> the forward's names of its results
 
     def render_tree(self, c: Scope) -> None:
         if c.kind == "class":
@@ -115,7 +130,9 @@ class Bodies:
             self._will_read(d, *units[k][0])
         for k in done:
             self._unit(d, *units[k][0])
-        d.lines.append([f"return {', '.join(self._returns(d, outs))}"])
+        returned = self._returns(d, outs)
+        self.returns_of[s] = [r if r in d.role_named else None for r in returned]
+        d.lines.append([f"return {', '.join(returned)}"])
         construct = [[f"def construct(self, {', '.join(args)}):"], *head, *d.lines]
         s.body = Body(d.init, construct, signature(d.init + construct), d.entries, d.params, d.attrs.taken - taken)
 
@@ -129,9 +146,13 @@ class Bodies:
                 d.loc.argument(v, d.loc.names.keep(v) if v in SHADOWABLE else d.loc.names(v))
         else:
             ins, outs = self.sc.interface(s.members)
+            given = self.arg_names.get(s, [])
             for k, v in enumerate(ins):
-                d.loc.argument(v, d.loc.names("x" if k == 0 else f"x{k}"))
+                name = given[k] if k < len(given) else None
+                d.loc.argument(v, d.loc.names(name or ("x" if k == 0 else f"x{k}")))
+        d.ins = {v: k for k, v in enumerate(ins)}
         args = [d.local[v] for v in ins]
+        self.args_of[s] = list(args)
         head: list[list] = []
         if self.sc.uses_batch(s):
             if root:
@@ -191,6 +212,7 @@ class Bodies:
             for i in u.stmts:
                 self._statement(d, i, u.attr, d.loc.children.get(u.attr))
         elif u.kind == "layer":
+            self._reads_argument(d, u.attr, self.sc.reads[u.stmts[0]])
             d.attr_expr[self.sc.layer_of(u)] = access
             self._statement(d, u.stmts[0], re.sub(r"\W+", "_", access[5:]).strip("_"), d.loc.children.get(u.attr))
         else:
@@ -200,15 +222,23 @@ class Bodies:
         """``out = self.child(x, ...)``: the call of a child cell."""
         cin, cout = self.sc.interface(u.members)
         call_args = [d.local[v] for v in cin] + (["batch"] if self.sc.batch_arg(u) else [])
+        if u.kind == "class":
+            self.sites[u] = (d.scope, [self._source(d, v) for v in cin])
+        self._reads_argument(d, u.attr, cin)
         d.loc.reading(cin)
         hint = re.sub(r"\W+", "_", access[5:]).strip("_")
         for v, src in self.sc.passthroughs(u.members):  # the child's input under its own name: ours,
             d.loc.alias(v, d.local[src])  # held before the call's results take a name
         role = d.loc.children.get(u.attr) if len(cout) == 1 else None
+        # several results: each under the name the child's forward gives it (cos, sin), else numbered
+        theirs = self.returns_of.get(u, []) if len(cout) > 1 else []
+        bases = [theirs[j] if j < len(theirs) and theirs[j] else f"{hint}_{j}" for j in range(len(cout))]
         targets = [
-            d.loc.bind(v, role, role=True) if role else d.loc.bind(v, hint if len(cout) == 1 else f"{hint}_{j}")
+            d.loc.bind(v, role, role=True) if role else d.loc.bind(v, hint if len(cout) == 1 else bases[j])
             for j, v in enumerate(cout)
         ]
+        if role:
+            d.role_named.update(targets)
         assigned = dict(zip(targets, d.loc.assign(targets)))
         last = u.children[max(u.children, key=lambda k: u.children[k].first)] if u.children else None
         if u.kind == "container" and last is not None and last.kind == "layer":
@@ -217,6 +247,22 @@ class Bodies:
                 names = [d.local[v] if t == v else "_" for t in self.b.statements[p].targets]
                 d.entries.append((p, names, [assigned.get(n, -1) for n in names]))
         d.lines.append([f"{', '.join(targets)} = {access}({', '.join(call_args)})"])
+
+    def _reads_argument(self, d: _Draft, attr: str, inputs: list[str]) -> None:
+        """Child ``attr`` reads ``inputs``: if one of them is an argument, it reads that argument."""
+        args = {d.ins[v] for v in inputs if v in d.ins}
+        if len(args) == 1:
+            self.readers.setdefault(d.scope, {}).setdefault(args.pop(), set()).add(attr)
+
+    def _source(self, d: _Draft, v: str) -> Source:
+        """Where a call's input ``v`` comes from, for ``codegen.arguments``."""
+        u = v
+        while u not in d.ins and u in self.sc.alias_of:  # ``y = x`` of an argument: the argument
+            u = self.sc.alias_of[u]
+        if u in d.ins:
+            return ("arg", d.ins[u])
+        name = d.local[v]
+        return None if name in d.op_named else ("local", name)
 
     def _returns(self, d: _Draft, outs: list[str]) -> list[str]:
         if d.scope.parent is not None:
@@ -357,6 +403,10 @@ class Bodies:
             else d.loc.bind(t, base if one else f"{base}_{j}")
             for j, t in enumerate(st.targets)
         ]
+        if role and one:
+            d.role_named.update(targets)
+        elif base == snake(st.node.op_type):
+            d.op_named.update(targets)
         d.entries.append((i, targets, d.loc.assign(targets)))
         line = pieces(f"{', '.join(targets)} = {expr}")
         if st.node.op_type in ("Div", "Mul"):  # a number an operand is divided or multiplied by

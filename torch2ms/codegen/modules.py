@@ -25,6 +25,7 @@ one call: its statements stay in the parent and ``record["inlined"]`` names it a
 
 from __future__ import annotations
 
+from torch2ms.codegen.arguments import argument_names
 from torch2ms.codegen.bodies import Bodies
 from torch2ms.codegen.classes import Classes, class_lines
 from torch2ms.codegen.format import format_source
@@ -40,15 +41,17 @@ class ModuleLayout:
 
     def __init__(self, builder, classes: dict[str, str], roles: dict[str, dict] | None = None):
         self.b = builder
+        self.torch_classes = classes
+        self.roles = roles or {}
         self.scopes = Scopes(builder, classes)
         self.classes = Classes(classes, {builder.class_name, *builder.definitions})
-        self.bodies = Bodies(self.scopes, self.classes.add, roles or {})
+        self.bodies = Bodies(self.scopes, self.classes.add, self.roles)
 
     def render_file(self, header: str) -> GeneratedNetwork:
         root = self.scopes.tree()
         self.scopes.settle(root)
         self.scopes.classify(root)
-        self.bodies.render(root)
+        self.render(root)
         for g in self.classes.groups:
             self.classes.finish(g)
         source, formatter = format_source(self.file_text(header, self.class_text(root)))
@@ -66,6 +69,27 @@ class ModuleLayout:
         net.layout = self.record(root, formatter)
         net.param_origin = {k: b.param_origin.get(flat, []) for k, flat in lines.sources.items()}
         return net
+
+    def render(self, root: Scope) -> None:
+        """Every instance's code, twice when its callers name its arguments: a caller's locals are
+        named only once it is rendered, after its children (``codegen.arguments``)."""
+        self.bodies.render(root)
+        b = self.bodies
+        names = argument_names(b.sites, b.args_of, b.readers, self._forward_inputs)
+        if not any(n for given in names.values() for n in given):
+            return
+        stack = [root]
+        while stack:  # what the first rendering and grouping left on the scopes
+            s = stack.pop()
+            s.body, s.group, s.args, s.optional = None, None, [], None
+            stack.extend(s.children.values())
+        self.classes = Classes(self.torch_classes, {self.b.class_name, *self.b.definitions})
+        self.bodies = Bodies(self.scopes, self.classes.add, self.roles, names)
+        self.bodies.render(root)
+
+    def _forward_inputs(self, s: Scope) -> dict[str, str]:
+        """Child attribute -> the ``forward`` argument it is called with (``export.roles``)."""
+        return (self.roles.get(self.scopes.classes.get(s.module)) or {}).get("inputs", {})
 
     def class_text(self, root: Scope) -> list[str]:
         """Every class, children first, the network's own last."""

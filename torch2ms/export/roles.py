@@ -8,7 +8,11 @@ read from the source with ``ast`` (never run):
 - ``children``: child attribute -> the name its call's result is assigned to (``conv1`` -> ``out``),
   for a child whose every call is assigned to that one name;
 - ``ops``: the ``forward``'s other assignments in source order, each as the ONNX op type its
-  expression exports to and the name (``["Add", "out"]`` for ``out += identity``).
+  expression exports to and the name (``["Add", "out"]`` for ``out += identity``);
+- ``inputs``: child attribute -> the one ``forward`` argument its call takes positionally, while the
+  argument still holds what the caller passed (``Qwen2DecoderLayer``: ``input_layernorm`` ->
+  ``hidden_states``), which names the generated ``construct``'s argument that child reads
+  (``torch2ms.codegen.arguments``).
 
 A class without Python source (a builtin, a C++ or a scripted module) has no facts: its code keeps
 the names of its ops and children.
@@ -52,9 +56,10 @@ def forward_roles(cls: type) -> dict | None:
     """``{"children": {...}, "ops": [...]}`` for ``cls.forward`` and the methods of ``cls`` it calls
     (torchvision's ``ResNet.forward`` is ``return self._forward_impl(x)``); None without readable
     source."""
-    body = _method_body(cls, "forward")
-    if body is None:
+    fn = _method(cls, "forward")
+    if fn is None:
         return None
+    body = fn.body
     calls: dict[str, set[str]] = {}
     ops: list[list[str]] = []
     for name, value in _assignments(_inline_methods(cls, body, {"forward"})):
@@ -64,16 +69,43 @@ def forward_roles(cls: type) -> dict | None:
         elif (op := _op(value)) is not None:
             ops.append([op, name])
     children = {a: next(iter(names)) for a, names in calls.items() if len(names) == 1}
-    return {"children": children, "ops": ops} if children or ops else None
+    inputs = _inputs(fn)
+    facts = {"children": children, "ops": ops, "inputs": inputs}
+    return {k: v for k, v in facts.items() if v} or None
 
 
-def _method_body(cls: type, name: str) -> list[ast.stmt] | None:
+def _inputs(fn: ast.FunctionDef) -> dict[str, str]:
+    """Child attribute -> the one argument of ``fn`` its first call passes positionally while that
+    argument still holds what the caller passed (statements in source order, a statement's value
+    before its targets): ``self.rotary_emb(hidden_states, position_ids)``, ``hidden_states`` a local
+    by then, gives ``position_ids``."""
+    params = {a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs}
+    out: dict[str, str] = {}
+    for st in fn.body:
+        for node in ast.walk(st):
+            attr = _child(node)
+            if attr and attr not in out:
+                given = [a.id for a in node.args if isinstance(a, ast.Name) and a.id in params]
+                if len(given) == 1:
+                    out[attr] = given[0]
+        for node in ast.walk(st):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                params.discard(node.id)
+    return out
+
+
+def _method(cls: type, name: str) -> ast.FunctionDef | None:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, name))))
     except (OSError, TypeError, SyntaxError):
         return None
     fn = tree.body[0] if tree.body else None
-    return fn.body if isinstance(fn, ast.FunctionDef) else None
+    return fn if isinstance(fn, ast.FunctionDef) else None
+
+
+def _method_body(cls: type, name: str) -> list[ast.stmt] | None:
+    fn = _method(cls, name)
+    return fn.body if fn is not None else None
 
 
 def _inline_methods(cls: type, body: list[ast.stmt], seen: set[str]) -> list[ast.stmt]:
