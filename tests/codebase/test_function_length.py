@@ -2,7 +2,7 @@
 line to its last, docstring and decorators' arguments included), and none in the stage, runner,
 bundle, zoo and codegen code longer than ``ORCHESTRATION_LINES``. A longer one is split into named steps;
 the failure names each with its length. Modules too: none in torch2ms is longer than
-``MODULE_LINES``, but the bundle template ``MODULE_EXEMPT`` names (and says why)."""
+``MODULE_LINES``, the bundle's ``infer.py`` template included."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ MAX_LINES = 80
 ORCHESTRATION_LINES = 70
 PACKAGES = ("stages", "pipeline", "bundle", "zoo", "codegen")
 MODULE_LINES = 500
-# build.py copies this one file into every bundle as the board's script (it needs neither torch2ms
-# nor torch): split, every bundle and its manifest would carry the pieces
-MODULE_EXEMPT = {"torch2ms/bundle/templates/infer.py"}
 
 
 def long_functions(root: Path, limit: int) -> list[str]:
@@ -43,11 +40,7 @@ def long_modules(root: Path, limit: int) -> list[str]:
 
 
 def test_no_module_over_the_limit():
-    found = [
-        m
-        for m in long_modules(Path(torch2ms.__file__).parent, MODULE_LINES)
-        if m.rsplit(" (", 1)[0] not in MODULE_EXEMPT
-    ]
+    found = long_modules(Path(torch2ms.__file__).parent, MODULE_LINES)
     assert not found, f"modules over {MODULE_LINES} lines, split them along their concerns:\n" + "\n".join(found)
 
 

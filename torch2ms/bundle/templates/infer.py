@@ -200,27 +200,13 @@ def _postprocess():
     return postprocess
 
 
+# the 20 colours boxes are drawn in, one per class modulo 20 (Ultralytics' palette), as RGB
 PALETTE = [
-    (255, 56, 56),
-    (255, 157, 151),
-    (255, 112, 31),
-    (255, 178, 29),
-    (207, 210, 49),
-    (72, 249, 10),
-    (146, 204, 23),
-    (61, 219, 134),
-    (26, 147, 52),
-    (0, 212, 187),
-    (44, 153, 168),
-    (0, 194, 255),
-    (52, 69, 147),
-    (100, 115, 255),
-    (0, 24, 236),
-    (132, 56, 255),
-    (82, 0, 133),
-    (203, 56, 255),
-    (255, 149, 200),
-    (255, 55, 199),
+    tuple(bytes.fromhex(h))
+    for h in (
+        "FF3838 FF9D97 FF701F FFB21D CFD231 48F90A 92CC17 3DDB86 1A9334 00D4BB "
+        "2C99A8 00C2FF 344593 6473FF 0018EC 8438FF 520085 CB38FF FF95C8 FF37C7"
+    ).split()
 ]
 
 
