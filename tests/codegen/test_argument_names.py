@@ -66,6 +66,37 @@ def test_an_argument_every_call_names_alike_takes_that_name():
     assert _args(classes_of(net.source)["Fuse"]) == ["hidden", "gate"]
 
 
+class Join(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(8, 8, 1)  # a class of its own, not a weight-free leaf written inline
+
+    def forward(self, a, b):
+        return self.proj(a * b)
+
+
+def test_a_childs_own_name_or_an_x_names_no_argument():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 8, 3, padding=1)
+            self.scale = nn.Conv2d(3, 8, 1)
+            self.first = Fuse()
+            self.join = Join()
+            self.last = Fuse()
+
+        def forward(self, x):
+            feat = self.stem(x)
+            x = self.scale(x)
+            # join's first argument is first's result, named after the child (`first`); the second
+            # argument of both Fuse calls is an `x` of the forward: neither says what the value is
+            return self.last(self.join(self.first(feat, x), feat), x)
+
+    net, _ = check_model(Net())
+    assert _args(classes_of(net.source)["Join"]) == ["x", "feat"]
+    assert _args(classes_of(net.source)["Fuse"]) == ["hidden", "x1"]
+
+
 def check_mix():
     return check_model(Mix())
 

@@ -11,12 +11,14 @@ them, after a first rendering has named every ``construct``'s locals:
   takes that argument's name;
 - else its callers, top down from the network, whose arguments are the graph's input names: an
   argument the caller passes on from its own arguments takes that argument's name, one the caller
-  computed the caller's local name, unless only an op gave it (``unsqueeze_2``, ``where``); a
-  ``forward``'s name, a child's result (``rotary_emb_0``) or an unstacked part (``keys_0``) says
-  what the value is. Every call of every instance of the class must agree, up to a trailing index
-  (``keys_0`` in layer 0, ``keys_1`` in layer 1: the layer's ``keys``).
+  computed the caller's local name where that name says what the value is: a ``forward``'s name, a
+  child's result under the name the child returns it (``cos, sin = self.rotary_emb(x1)``) or an
+  unstacked part (``keys_0``), not an op's (``unsqueeze_2``) nor the child's own (``blocks_3``).
+  Every call of every instance of the class must agree, up to a trailing index (``keys_0`` in
+  layer 0, ``keys_1`` in layer 1: the layer's ``keys``).
 
-An argument no source names, or that would share a name with another, keeps ``x<k>``.
+An argument no source names, named ``x`` or ``x_3`` (the encoder's features, each an ``x`` in
+its ``forward``), or that would share a name with another, keeps ``x<k>``.
 """
 
 from __future__ import annotations
@@ -52,8 +54,15 @@ def argument_names(
             by_group[id(g)] = [None] * n  # a call cannot reach its own class
             own = _own(g.instances[0], n)
             callers = _agree([from_caller(t) for t in g.instances], n)
-            by_group[id(g)] = _distinct([o or c for o, c in zip(own, callers)])
+            by_group[id(g)] = _distinct([_plain(o) or _plain(c) for o, c in zip(own, callers)])
         return by_group[id(g)]
+
+    def from_caller(t: Scope) -> list[str | None]:
+        if t not in sites:  # run by a SequentialCell, not called by a construct
+            return [None] * len(args_of[t])
+        caller, sources = sites[t]
+        up = names_of(caller) if any(src and src[0] == "arg" for src in sources) else []
+        return [None if src is None else up[src[1]] if src[0] == "arg" else src[1] for src in sources]
 
     def _own(s: Scope, n: int) -> list[str | None]:
         inputs = inputs_of(s)
@@ -62,13 +71,6 @@ def argument_names(
             given = {inputs[a] for a in readers.get(s, {}).get(k, ()) if a in inputs}
             out.append(given.pop() if len(given) == 1 else None)
         return out
-
-    def from_caller(t: Scope) -> list[str | None]:
-        if t not in sites:  # run by a SequentialCell, not called by a construct
-            return [None] * len(args_of[t])
-        caller, sources = sites[t]
-        up = names_of(caller) if any(src and src[0] == "arg" for src in sources) else []
-        return [None if src is None else up[src[1]] if src[0] == "arg" else src[1] for src in sources]
 
     return {s: names_of(s) for s in args_of if s.parent is not None and s.group is not None}
 
@@ -92,6 +94,11 @@ def _agree(calls: list[list[str | None]], n: int) -> list[str | None]:
             same = {c[k] for c in calls}
             out.append(same.pop() if len(same) == 1 else None)
     return out
+
+
+def _plain(name: str | None) -> str | None:
+    """``name``, unless it is one the argument would take anyway (``x``, ``x1``, ``x_2``)."""
+    return None if name is None or re.fullmatch(r"x(_?\d+)?", name) else name
 
 
 def _distinct(names: list[str | None]) -> list[str | None]:

@@ -52,8 +52,9 @@ class _Draft:
     own_tensors: dict[str, str] = field(default_factory=dict)  # builder tensor attribute -> attribute
     primitives: dict[str, str] = field(default_factory=dict)  # a primitive built once -> its attribute
     ins: dict[str, int] = field(default_factory=dict)  # an argument's variable -> its index
-    op_named: set[str] = field(default_factory=set)  # local names only an op gave (``unsqueeze_2``)
-    role_named: set[str] = field(default_factory=set)  # local names the PyTorch forward gave
+    # local names that say what the value is: the PyTorch forward's, a child's results' (cos, sin) and
+    # an unstacked part's (keys_0); not an op's (unsqueeze_2) nor a child's own (blocks_3)
+    named: set[str] = field(default_factory=set)
 
     @property
     def local(self) -> dict[str, str]:  # builder variable -> local name
@@ -131,7 +132,7 @@ class Bodies:
         for k in done:
             self._unit(d, *units[k][0])
         returned = self._returns(d, outs)
-        self.returns_of[s] = [r if r in d.role_named else None for r in returned]
+        self.returns_of[s] = [r if r in d.named else None for r in returned]
         d.lines.append([f"return {', '.join(returned)}"])
         construct = [[f"def construct(self, {', '.join(args)}):"], *head, *d.lines]
         s.body = Body(d.init, construct, signature(d.init + construct), d.entries, d.params, d.attrs.taken - taken)
@@ -237,8 +238,7 @@ class Bodies:
             d.loc.bind(v, role, role=True) if role else d.loc.bind(v, hint if len(cout) == 1 else bases[j])
             for j, v in enumerate(cout)
         ]
-        if role:
-            d.role_named.update(targets)
+        d.named.update(targets if role else [t for j, t in enumerate(targets) if j < len(theirs) and theirs[j]])
         assigned = dict(zip(targets, d.loc.assign(targets)))
         last = u.children[max(u.children, key=lambda k: u.children[k].first)] if u.children else None
         if u.kind == "container" and last is not None and last.kind == "layer":
@@ -262,7 +262,7 @@ class Bodies:
         if u in d.ins:
             return ("arg", d.ins[u])
         name = d.local[v]
-        return None if name in d.op_named else ("local", name)
+        return ("local", name) if name in d.named else None
 
     def _returns(self, d: _Draft, outs: list[str]) -> list[str]:
         if d.scope.parent is not None:
@@ -393,7 +393,8 @@ class Bodies:
                 d.loc.alias(live[0], toks[0].string)
                 d.entries.append((i, [toks[0].string], [d.loc.current(toks[0].string)]))
                 return
-        base = hint or self._parts_of(d, st.node) or snake(st.node.op_type)
+        parts = None if hint else self._parts_of(d, st.node)
+        base = hint or parts or snake(st.node.op_type)
         one = len(st.targets) == 1
         targets = [
             "_"
@@ -403,10 +404,8 @@ class Bodies:
             else d.loc.bind(t, base if one else f"{base}_{j}")
             for j, t in enumerate(st.targets)
         ]
-        if role and one:
-            d.role_named.update(targets)
-        elif base == snake(st.node.op_type):
-            d.op_named.update(targets)
+        if (role and one) or parts:
+            d.named.update(t for t in targets if t != "_")
         d.entries.append((i, targets, d.loc.assign(targets)))
         line = pieces(f"{', '.join(targets)} = {expr}")
         if st.node.op_type in ("Div", "Mul"):  # a number an operand is divided or multiplied by
