@@ -280,15 +280,13 @@ def check_mindirs(out: Path, plan, reference, near_tie: float) -> tuple[list[str
     whose reference top-2 gap is within ``near_tie`` (the int8 noise floor) a near-tie; ``(violations,
     record)``."""
     from torch2ms.generation.check import judge as judge_generation
-    from torch2ms.generation.check import stage_runner
-    from torch2ms.generation.loop import greedy_batches
+    from torch2ms.generation.check import stage_generation
     from torch2ms.runtime import msutil
 
-    runner = stage_runner("mindir", {g: Path(out) / g for g in GRAPHS}, {})
-    try:
-        args = (plan.prompts, plan.batch, plan.max_new_tokens, plan.cache_length)
-        free = greedy_batches(runner, *args, gears=plan.gears)
-        forced = greedy_batches(runner, *args, teacher=reference.tokens, gears=plan.gears)
+    folders = {g: Path(out) / g for g in GRAPHS}
+    try:  # as the mindir stage checks its MindIRs: one graph loaded at a time
+        args = (plan.prompts, plan.batch, plan.max_new_tokens, plan.cache_length, reference.tokens)
+        free, forced = stage_generation("mindir", folders, {}, None, *args, gears=plan.gears)
     finally:
         ms = msutil.mindspore()
         ms.set_context(mode=ms.PYNATIVE_MODE)
