@@ -246,3 +246,24 @@ def test_module_needs_only_numpy():
         for a in (n.names if isinstance(n, ast.Import) else [n])
     }
     assert imported <= {"__future__", "math", "numpy", "cv2"}, imported
+
+
+def _segment(x2: float, mask: np.ndarray) -> dict:
+    box = np.array([[10.0, 10.0, x2, 30.0]], np.float32)
+    return {"boxes": box, "scores": np.ones(1, np.float32), "classes": np.zeros(1, np.int64), "masks": mask}
+
+
+def test_a_mask_is_compared_inside_both_boxes():
+    """A box edge that moves across a pixel column (x2 49.9 -> 50.1, box IoU 0.995) crops one more
+    column into the mask: inside both boxes the masks are equal, so the detections match; a mask
+    that differs inside the boxes still does not."""
+    full = np.ones((1, 64, 64), np.uint8)
+    ref = _segment(49.9, yolo.crop_mask(full, np.array([[10.0, 10.0, 49.9, 30.0]])))
+    got = _segment(50.1, yolo.crop_mask(full, np.array([[10.0, 10.0, 50.1, 30.0]])))
+    assert yolo._mask_iou(ref["masks"][0], got["masks"][0]) < yolo.MASK_IOU  # cropped to their own boxes
+    pairs, missing, extras, worst = yolo.match_detections(ref, got, "segment")
+    assert pairs == [(0, 0)] and not missing and not extras and worst["mask_iou"] == 1.0
+    holed = got["masks"].copy()
+    holed[0, 10:30, 10:15] = 0  # 100 of the 800 pixels inside both boxes
+    pairs, missing, _, _ = yolo.match_detections(ref, {**got, "masks": holed}, "segment")
+    assert not pairs and "mask IoU 0.8750" in missing[0][1]

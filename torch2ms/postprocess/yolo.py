@@ -383,7 +383,15 @@ def match_detections(
             continue
         why = []
         if kind == "segment":
-            m = _mask_iou(ref["masks"][i], got["masks"][j])
+            # inside both boxes: each mask is cropped to its own box, so a box edge that moves across a
+            # pixel row (the boxes are judged apart, above) would count that row against the mask
+            both = np.concatenate(
+                [
+                    np.maximum(ref["boxes"][i, :2], got["boxes"][j, :2]),
+                    np.minimum(ref["boxes"][i, 2:4], got["boxes"][j, 2:4]),
+                ]
+            )[None]
+            m = _mask_iou(crop_mask(ref["masks"][i][None], both)[0], crop_mask(got["masks"][j][None], both)[0])
             worst["mask_iou"] = min(worst.get("mask_iou", 1.0), m)
             if m < MASK_IOU:
                 why.append(f"mask IoU {m:.4f} < {MASK_IOU}")

@@ -5,7 +5,8 @@ Both PyTorch's raw head and the stage's go through the same numpy postprocess
 are compared by ``yolo.match_detections``, which the bundle's ``infer.py --self-check`` uses too.
 A PyTorch detection is *matched* when
 the stage has an unmatched detection of the same class whose box overlaps it at IoU >= 0.99
-(probiou for rotated boxes), and for -seg whose mask overlaps at IoU >= 0.99, for -pose whose
+(probiou for rotated boxes), and for -seg whose mask overlaps at IoU >= 0.99 inside both boxes (each
+mask is cropped to its own box, whose edges are judged by the box IoU), for -pose whose
 keypoints are within 1 pixel and visibilities within 0.01. Agreement = matched / PyTorch's
 detections, over all samples; every unmatched and extra detection is listed with its coordinates.
 
